@@ -1,0 +1,1 @@
+"""The `vspec` command. Never imported inside vLLM processes."""

@@ -1,0 +1,133 @@
+"""RuntimeSpec -> the exact `vllm serve` command line and environment. Pure: nothing is launched here.
+
+`vspec serve`, `vspec bench` and `vspec profile` all build their vLLM configuration from here, so a
+dry run shows exactly what a real run does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from vspec_runtime.spec import RuntimeSpec
+
+SCHEDULER_CLS = "vspec_runtime.scheduler.AdaptiveScheduler"
+VLLM_METHOD = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3"}
+# Without an explicit max_num_seqs the dynamic-K table must still cover every batch size vLLM may run.
+DEFAULT_TABLE_MAX_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]  # only what vspec sets; the launch adds it on top of the caller's environment
+    notes: list[str] = field(default_factory=list)  # warnings for the operator (stderr)
+
+    def shell_command(self) -> str:
+        return shlex.join(self.argv)
+
+
+def vllm_executable() -> str:
+    """The `vllm` script of this interpreter's environment (so a venv's vspec runs the venv's vLLM)."""
+    beside = Path(sys.executable).parent / "vllm"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("vllm") or "vllm"
+
+
+def dynamic_k_table(spec: RuntimeSpec) -> list[list[int]]:
+    """vLLM's num_speculative_tokens_per_batch_size: inclusive (start, end, K) ranges from batch 1.
+
+    Its presence switches on per-step K in vLLM's scheduler; the AdaptiveScheduler then rewrites the
+    dense lookup every step. For policy=table the user's table is what vLLM itself applies.
+    """
+    top = spec.serving.max_num_seqs or DEFAULT_TABLE_MAX_BATCH
+    table = spec.adaptive.table if spec.adaptive.policy == "table" else None
+    if not table:
+        return [[1, top, spec.gamma]]
+    starts = sorted(table)
+    if starts[0] != 1:
+        starts = [1] + starts
+    ranges = []
+    for index, start in enumerate(starts):
+        end = starts[index + 1] - 1 if index + 1 < len(starts) else max(top, start)
+        k = table.get(start, table[min(table)])
+        ranges.append([start, end, k])
+    return ranges
+
+
+def speculative_config(spec: RuntimeSpec, drafter_path: Optional[str]) -> Optional[dict[str, Any]]:
+    if not spec.speculating:
+        return None
+    config: dict[str, Any] = {"method": VLLM_METHOD[spec.method], "num_speculative_tokens": spec.gamma}
+    if spec.method == "ngram":
+        config["prompt_lookup_min"] = spec.ngram_min
+        config["prompt_lookup_max"] = spec.ngram_max
+    else:
+        config["model"] = drafter_path or spec.drafter
+    if spec.adaptive_active:
+        config["num_speculative_tokens_per_batch_size"] = dynamic_k_table(spec)
+    return config
+
+
+def device_environment(device: Optional[str]) -> dict[str, str]:
+    """The visible-devices variable for this platform. ``cpu`` hides accelerators."""
+    if not device:
+        return {}
+    if device == "cpu":
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    if importlib.util.find_spec("torch_npu") is not None:
+        return {"ASCEND_RT_VISIBLE_DEVICES": device}
+    return {"CUDA_VISIBLE_DEVICES": device}
+
+
+def vllm_engine_kwargs(spec: RuntimeSpec, target_path: str, drafter_path: Optional[str]) -> dict[str, Any]:
+    """The same configuration as keyword arguments of vllm.LLM (used by bench and profile)."""
+    serving = spec.serving
+    kwargs: dict[str, Any] = {"model": target_path}
+    for key in ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "dtype", "gpu_memory_utilization"):
+        value = getattr(serving, key)
+        if value is not None:
+            kwargs[key] = value
+    spec_config = speculative_config(spec, drafter_path)
+    if spec_config:
+        kwargs["speculative_config"] = spec_config
+    if spec.adaptive_active:
+        kwargs["scheduler_cls"] = SCHEDULER_CLS
+    return kwargs
+
+
+def build_launch(
+    spec: RuntimeSpec,
+    target_path: str,
+    drafter_path: Optional[str] = None,
+    vllm_args: tuple[str, ...] = (),
+) -> LaunchPlan:
+    serving = spec.serving
+    argv = [vllm_executable(), "serve", target_path, "--host", serving.host, "--port", str(serving.port)]
+    optional = {
+        "--served-model-name": serving.served_model_name,
+        "--max-num-seqs": serving.max_num_seqs,
+        "--max-model-len": serving.max_model_len,
+        "--max-num-batched-tokens": serving.max_num_batched_tokens,
+        "--dtype": serving.dtype,
+        "--gpu-memory-utilization": serving.gpu_memory_utilization,
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    spec_config = speculative_config(spec, drafter_path)
+    if spec_config:
+        argv += ["--speculative-config", json.dumps(spec_config, separators=(",", ":"))]
+    if spec.adaptive_active:
+        argv += ["--scheduler-cls", SCHEDULER_CLS]
+    argv += list(serving.extra_args) + list(vllm_args)
+
+    env = {"VSPEC_SPEC": spec.to_json(), **device_environment(serving.device)}
+    return LaunchPlan(argv=argv, env=env)

@@ -1,0 +1,65 @@
+"""Run a server in the foreground and make sure it and all its children stop with us."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Optional
+
+GRACE_SECONDS = 20.0  # vLLM shuts its engine and workers down on SIGTERM; give it time, then SIGKILL
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def stop_group(pgid: int, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM the whole process group, wait, then SIGKILL whatever is left."""
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.2)
+    if _group_alive(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def run_foreground(argv: list[str], env: dict[str, str]) -> int:
+    """Start ``argv`` in its own process group; SIGINT/SIGTERM to us stop the group. Returns its status."""
+    child = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True)
+    received: list[int] = []
+
+    def forward(signum, _frame):
+        received.append(signum)
+        _signal_group(child.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status: Optional[int] = None
+        while status is None:
+            try:
+                status = child.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        # vLLM's main process may exit before its engine and workers: sweep the group either way.
+        stop_group(child.pid, grace=GRACE_SECONDS if _group_alive(child.pid) else 0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        return 0 if status in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else status
+    return status

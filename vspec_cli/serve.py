@@ -1,0 +1,142 @@
+"""`vspec serve PRESET`: resolve preset < config < flags into a RuntimeSpec and launch `vllm serve`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vspec_cli import _output, paths
+from vspec_cli._options import (
+    AcceptAfterTokensOpt, AcceptFromPositionOpt, AcceptMarginOpt, AcceptTopkOpt, AdaptiveExplorationOpt,
+    AdaptiveHysteresisOpt, AdaptiveIntervalOpt, AdaptiveMaxStepOpt, AdaptiveMinGammaOpt, AdaptiveOpt,
+    AdaptivePolicyOpt, AdaptiveProfileOpt, AdaptiveTraceOpt, AdaptiveWindowOpt, ConfigOpt, DeviceOpt,
+    DrafterOpt, DryRunOpt, DtypeOpt, EntropyScaleOpt, EntropyStopOpt, EntropyThresholdOpt, EntropyTopkOpt,
+    GammaOpt, GpuMemOpt, HostOpt, JsonOpt, MaxBatchedTokensOpt, MaxModelLenOpt, MaxNumSeqsOpt, MethodOpt,
+    NgramMaxOpt, NgramMinOpt, PortOpt, ProtectedIdsOpt, ServedNameOpt, TargetModelOpt,
+    overrides_from_flags, parse_token_ids,
+)
+from vspec_cli.launch import build_launch
+from vspec_cli.presets import preset_description, preset_names
+from vspec_cli.process import run_foreground
+from vspec_cli.resolve import resolve_model_paths, resolve_spec
+
+EXAMPLES = """
+[bold]Examples[/bold]
+
+  vspec serve demo                                  # SmolLM2 on CPU, n-gram, adaptive K
+  vspec serve demo --dry-run                        # show the environment and the exact command
+  vspec serve demo --no-speculation --port 8001     # target-only, to compare
+  vspec serve eagle --adaptive-policy fixed --gamma 3 -- --enforce-eager
+  vspec serve --target-model ./my-model --method ngram --gamma 4
+"""
+
+
+def prepare_demo_with_progress() -> Path:
+    from vspec_cli.demo_model import build_demo_model
+
+    target = paths.model_dir() / "demo"
+    with _output.stderr.status("preparing the demo model (once)") as status:
+        return build_demo_model(target, progress=lambda msg: status.update(msg))
+
+
+def serve(
+    ctx: typer.Context,
+    preset: Annotated[Optional[str], typer.Argument(help="Preset name (see --list-presets) or a .toml file.",
+                                                    show_default=False)] = None,
+    config: ConfigOpt = None,
+    no_speculation: Annotated[bool, typer.Option("--no-speculation", help="Serve target-only (no drafter, no controller).")] = False,
+    dry_run: DryRunOpt = False,
+    json_out: JsonOpt = False,
+    list_presets: Annotated[bool, typer.Option("--list-presets", help="List the presets and exit.")] = False,
+    method: MethodOpt = None,
+    target_model: TargetModelOpt = None,
+    drafter: DrafterOpt = None,
+    gamma: GammaOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    adaptive_speculation: AdaptiveOpt = None,
+    adaptive_policy: AdaptivePolicyOpt = None,
+    adaptive_profile: AdaptiveProfileOpt = None,
+    adaptive_min_gamma: AdaptiveMinGammaOpt = None,
+    adaptive_max_gamma_step: AdaptiveMaxStepOpt = None,
+    adaptive_control_interval: AdaptiveIntervalOpt = None,
+    adaptive_hysteresis: AdaptiveHysteresisOpt = None,
+    adaptive_online_window: AdaptiveWindowOpt = None,
+    adaptive_online_exploration: AdaptiveExplorationOpt = None,
+    adaptive_trace: AdaptiveTraceOpt = None,
+    adaptive_entropy_stop: EntropyStopOpt = None,
+    adaptive_entropy_topk: EntropyTopkOpt = None,
+    adaptive_entropy_threshold: EntropyThresholdOpt = None,
+    adaptive_entropy_scale: EntropyScaleOpt = None,
+    confidence_accept_margin: AcceptMarginOpt = None,
+    eagle_relaxed_accept_topk: AcceptTopkOpt = None,
+    confidence_accept_from_position: AcceptFromPositionOpt = None,
+    confidence_accept_after_tokens: AcceptAfterTokensOpt = None,
+    confidence_protected_token_ids: ProtectedIdsOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    device: DeviceOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    max_num_batched_tokens: MaxBatchedTokensOpt = None,
+    dtype: DtypeOpt = None,
+    gpu_memory_utilization: GpuMemOpt = None,
+    served_model_name: ServedNameOpt = None,
+) -> None:
+    """Launch a real `vllm serve` with speculative decoding configured from a preset.
+
+    Everything after `--` goes to `vllm serve` untouched. Precedence: preset < --config < flags.
+    """
+    if list_presets:
+        _print_presets(json_out)
+        return
+    flags = dict(locals())
+    flags["confidence_protected_token_ids"] = parse_token_ids(confidence_protected_token_ids)
+    spec = resolve_spec(preset, str(config) if config else None, overrides_from_flags(flags), no_speculation)
+    model_paths = resolve_model_paths(spec, strict=not dry_run,
+                                      prepare_demo=None if dry_run else prepare_demo_with_progress)
+    plan = build_launch(spec, model_paths.target, model_paths.drafter, tuple(ctx.args))
+    for note in model_paths.notes:
+        _output.warn(note)
+
+    if dry_run:
+        if json_out:
+            _output.print_json("serve-plan", {"argv": plan.argv, "env": plan.env})
+        else:
+            _output.stdout.print("[bold]Environment[/bold]")
+            _output.stdout.print_json(json.dumps(plan.env))
+            _output.stdout.print("[bold]Command[/bold]")
+            print(plan.shell_command())
+        return
+
+    mode = "target-only" if not spec.speculating else (
+        f"{spec.method} K<={spec.gamma}, " + (f"adaptive ({spec.adaptive.policy})" if spec.adaptive_active else "fixed K"))
+    if spec.relaxed.enabled:
+        mode += ", RELAXED ACCEPTANCE (outputs differ from target-only)"
+    _output.hint(f"vspec: serving {spec.target_model} on http://{spec.serving.host}:{spec.serving.port} ({mode})")
+    raise typer.Exit(run_foreground(plan.argv, plan.env))
+
+
+def _print_presets(json_out: bool) -> None:
+    presets = [{"name": name, "description": preset_description(name)} for name in preset_names()]
+    if json_out:
+        _output.print_json("presets", {"presets": presets})
+        return
+    from rich.table import Table
+
+    table = Table("preset", "description")
+    for entry in presets:
+        table.add_row(entry["name"], entry["description"])
+    _output.stdout.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "serve",
+        help=serve.__doc__ + EXAMPLES,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
+    )(serve)
+

@@ -1,0 +1,210 @@
+"""RuntimeSpec: the one typed contract between the `vspec` CLI and the runtime inside vLLM.
+
+The CLI resolves preset < config file < flags into a plain dict, validates it here, and ships it to
+the vLLM processes as JSON in ``VSPEC_SPEC``. The runtime parses it back with the same model, so both
+sides agree on every field and default. No vLLM import here: the CLI and the tests load it cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SPEC_SCHEMA_VERSION = 1
+MAX_GAMMA = 16  # vLLM sizes buffers from num_speculative_tokens; beyond 16 nothing pays off.
+
+Method = Literal["ngram", "draft", "eagle", "eagle3", "none"]
+PolicyName = Literal["online", "profile", "fixed", "table"]
+METHODS_WITH_DRAFTER = ("draft", "eagle", "eagle3")
+
+
+class SpecError(ValueError):
+    """A spec that does not validate; the message is one line naming field, value and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class AdaptiveSettings(_Strict):
+    """How the controller picks K each step (see DESIGN.md section 4)."""
+
+    enabled: bool = False
+    policy: PolicyName = "online"
+    profile: Optional[str] = None  # profile JSON for policy=profile
+    min_gamma: int = Field(0, ge=0, le=MAX_GAMMA)
+    max_gamma_step: int = Field(2, ge=1, le=MAX_GAMMA)  # largest move between two decisions
+    control_interval: int = Field(4, ge=1, le=10_000)  # steps between decisions
+    hysteresis: float = Field(0.05, ge=0.0, le=1.0)  # switch only when the best beats current by this
+    online_window: int = Field(32, ge=2, le=100_000)  # samples per arm in the sliding window
+    online_exploration: float = Field(0.01, ge=0.0, le=10.0)  # UCB c
+    model_guided: bool = True  # predict unvisited arms from the acceptance model; skip hopeless ones
+    gamma0_mode: Literal["sticky", "sync"] = "sticky"  # K=0 for draft/eagle: see DESIGN.md
+    fixed_gamma: Optional[int] = Field(None, ge=0, le=MAX_GAMMA)  # policy=fixed; default: gamma
+    table: Optional[dict[int, int]] = None  # policy=table: batch size -> K (vLLM's lookup)
+    trace: Optional[str] = None  # JSON lines, one per decision
+    seed: int = 0
+    # Confidence stop (lossless): cut a request's draft at the first uncertain position.
+    entropy_stop: bool = False
+    entropy_topk: int = Field(2, ge=2, le=64)
+    entropy_threshold: float = Field(0.3, gt=0.0)
+    entropy_scale: float = Field(0.15, gt=0.0)
+
+
+class RelaxedAcceptance(_Strict):
+    """Opt-in acceptance of near-miss drafts under greedy decoding. Changes outputs."""
+
+    margin: Optional[float] = Field(None, gt=0.0)  # accept if target logit within margin of the top
+    topk: Optional[int] = Field(None, ge=1, le=64)  # or if the draft is in the target's top-k
+    from_position: int = Field(0, ge=0)  # only draft positions >= this (0-based)
+    after_tokens: int = Field(0, ge=0)  # only once the request generated this many tokens
+    protected_token_ids: tuple[int, ...] = ()  # never accepted by relaxation (EOS, tool tags, ...)
+
+    @property
+    def enabled(self) -> bool:
+        return self.margin is not None or self.topk is not None
+
+
+class ServingSettings(_Strict):
+    """What `vllm serve` gets besides the speculative config."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    device: Optional[str] = None  # "cpu", or accelerator ids like "0,1"
+    max_num_seqs: Optional[int] = Field(None, ge=1)
+    max_model_len: Optional[int] = Field(None, ge=16)
+    max_num_batched_tokens: Optional[int] = Field(None, ge=16)
+    dtype: Optional[str] = None
+    gpu_memory_utilization: Optional[float] = Field(None, gt=0.0, le=1.0)
+    served_model_name: Optional[str] = None
+    extra_args: tuple[str, ...] = ()  # passed to `vllm serve` untouched
+
+
+class RuntimeSpec(_Strict):
+    """Everything the runtime needs, validated once."""
+
+    version: int = SPEC_SCHEMA_VERSION
+    method: Method = "ngram"
+    target_model: str
+    drafter: Optional[str] = None
+    gamma: int = Field(4, ge=1, le=MAX_GAMMA)  # the maximum K (vLLM's num_speculative_tokens)
+    ngram_min: int = Field(1, ge=1, le=32)  # n-gram lookup window, method=ngram
+    ngram_max: int = Field(4, ge=1, le=32)
+    adaptive: AdaptiveSettings = AdaptiveSettings()
+    relaxed: RelaxedAcceptance = RelaxedAcceptance()
+    serving: ServingSettings = ServingSettings()
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> "RuntimeSpec":
+        problems = list(_combination_problems(self))
+        if problems:
+            raise ValueError(problems[0])
+        return self
+
+    @property
+    def speculating(self) -> bool:
+        return self.method != "none"
+
+    @property
+    def adaptive_active(self) -> bool:
+        return self.speculating and self.adaptive.enabled
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RuntimeSpec":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"runtime spec is not valid JSON: {exc}") from None
+        return validate_spec(data)
+
+
+def _combination_problems(spec: RuntimeSpec):
+    if spec.version != SPEC_SCHEMA_VERSION:
+        yield f"version: got {spec.version}; this vspec reads spec version {SPEC_SCHEMA_VERSION}"
+    if spec.method in METHODS_WITH_DRAFTER and not spec.drafter:
+        yield f"drafter: method '{spec.method}' needs a drafter model (a path or a `vspec models` name)"
+    if spec.method in ("ngram", "none") and spec.drafter:
+        yield f"drafter: method '{spec.method}' takes no drafter model (got '{spec.drafter}')"
+    if spec.ngram_min > spec.ngram_max:
+        yield f"ngram_min: got {spec.ngram_min}; must be <= ngram_max ({spec.ngram_max})"
+    ad = spec.adaptive
+    if ad.min_gamma > spec.gamma:
+        yield f"adaptive.min_gamma: got {ad.min_gamma}; must be <= gamma ({spec.gamma})"
+    if ad.enabled and spec.method == "none":
+        yield "adaptive.enabled: adaptive speculation needs a drafting method, not 'none'"
+    if ad.enabled and ad.policy == "profile" and not ad.profile:
+        yield "adaptive.profile: policy 'profile' needs a profile file (--adaptive-profile PATH)"
+    if ad.profile and ad.policy != "profile":
+        yield f"adaptive.profile: only used by policy 'profile' (policy is '{ad.policy}')"
+    if ad.enabled and ad.policy == "table" and not ad.table:
+        yield "adaptive.table: policy 'table' needs a batch-size -> K table"
+    if ad.fixed_gamma is not None and ad.fixed_gamma > spec.gamma:
+        yield f"adaptive.fixed_gamma: got {ad.fixed_gamma}; must be <= gamma ({spec.gamma})"
+    for batch, k in (ad.table or {}).items():
+        if batch < 1 or not 0 <= k <= spec.gamma:
+            yield f"adaptive.table: entry {batch} -> {k}; need batch >= 1 and 0 <= K <= gamma ({spec.gamma})"
+    if spec.relaxed.enabled and spec.method not in METHODS_WITH_DRAFTER:
+        yield f"relaxed: relaxed acceptance needs method draft, eagle or eagle3 (got '{spec.method}')"
+    if ad.entropy_stop and spec.method not in METHODS_WITH_DRAFTER:
+        yield f"adaptive.entropy_stop: confidence stop needs a model drafter (got method '{spec.method}')"
+
+
+def _describe_input(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def format_validation_error(exc: ValidationError, source: str = "") -> str:
+    """One line: the first problem, naming the field, the bad value and what is allowed."""
+    return _format_error(exc.errors()[0], source)
+
+
+def _format_error(err: Any, source: str) -> str:
+    loc = ".".join(str(part) for part in err["loc"])
+    prefix = f"{source}: " if source else ""
+    if err["type"] == "extra_forbidden":
+        return f"{prefix}unknown key '{loc}'"
+    if err["type"] == "value_error":
+        # Our own combination checks already read "field: got ...; rule".
+        return prefix + str(err["msg"]).removeprefix("Value error, ")
+    where = f"{loc}: " if loc else ""
+    return f"{prefix}{where}got {_describe_input(err.get('input'))}; {err['msg'][0].lower()}{err['msg'][1:]}"
+
+
+def validate_spec(data: dict[str, Any], source: str = "") -> RuntimeSpec:
+    """Validate a plain dict into a RuntimeSpec or raise SpecError with a one-line message."""
+    try:
+        return RuntimeSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, source)) from None
+
+
+def layer_problem(data: dict[str, Any], source: str = "") -> Optional[str]:
+    """Field-level problems (unknown keys, wrong types, out of range) of one settings layer alone.
+
+    Combination rules (min_gamma <= gamma, ...) are skipped here: they depend on the other layers
+    and are judged once after merging. This lets an error name the file that holds the bad key.
+    """
+    probe = {"target_model": "probe", **data}
+    try:
+        RuntimeSpec.model_validate(probe)
+    except ValidationError as exc:
+        field_errors = [err for err in exc.errors() if err["type"] != "value_error"]
+        if field_errors:
+            return _format_error(field_errors[0], source)
+    return None
+
+
+def spec_field_names() -> dict[str, list[str]]:
+    """Allowed keys per section, for help texts and the preset schema docs."""
+    return {
+        "": [name for name in RuntimeSpec.model_fields if name not in ("adaptive", "relaxed", "serving")],
+        "adaptive": list(AdaptiveSettings.model_fields),
+        "relaxed": list(RelaxedAcceptance.model_fields),
+        "serving": list(ServingSettings.model_fields),
+    }

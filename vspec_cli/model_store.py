@@ -14,7 +14,7 @@ from typing import Optional
 
 from filelock import FileLock
 
-from vspec_cli import paths
+from vspec_runtime import paths
 from vspec_cli._errors import PreconditionError, UserInputError
 from vspec_cli.atomic import write_text_atomic
 from vspec_runtime import envs

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from vspec_cli import _output, paths
+from vspec_cli import _output
+from vspec_runtime import paths
 from vspec_cli._options import (
     AcceptAfterTokensOpt, AcceptFromPositionOpt, AcceptMarginOpt, AcceptTopkOpt, AdaptiveExplorationOpt,
     AdaptiveHysteresisOpt, AdaptiveIntervalOpt, AdaptiveMaxStepOpt, AdaptiveMinGammaOpt, AdaptiveOpt,

@@ -1,4 +1,4 @@
-"""Where vspec keeps things. XDG folders by default; VSPEC_HOME or per-item variables override."""
+"""Where vspec keeps things (shared by the CLI and the runtime). XDG folders by default; VSPEC_HOME or per-item variables override."""
 
 from __future__ import annotations
 

@@ -1,0 +1,85 @@
+"""Tiny random models built on the fly (seconds), sharing the demo model's tokenizer.
+
+They prove plumbing and losslessness, not speed: random weights, fp32, 2 layers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def _copy_tokenizer(tokenizer_dir: Path, target: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).exists():
+            shutil.copy(tokenizer_dir / name, target / name)
+
+
+def _save(model, target: Path, tokenizer_dir: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target, safe_serialization=True)
+    _copy_tokenizer(tokenizer_dir, target)
+    return target
+
+
+def _common(vocab_size: int, hidden: int, layers: int) -> dict:
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+
+
+def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 64) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(**_common(vocab_size, hidden, layers), bos_token_id=1, eos_token_id=2)
+    return _save(LlamaForCausalLM(config).float(), target, tokenizer_dir)
+
+
+def build_qwen2(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 64) -> Path:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(**_common(vocab_size, hidden, layers), bos_token_id=1, eos_token_id=2)
+    return _save(Qwen2ForCausalLM(config).float(), target, tokenizer_dir)
+
+
+def build_llama_eagle_head(target: Path, target_model: Path, seed: int) -> Path:
+    """An EAGLE-1 head for a Llama target in the layout vLLM's eagle method loads.
+
+    fc: Linear(2*hidden -> hidden) over cat[embed(next token), target hidden]; one decoder layer
+    named layers.0.*; no embedding or lm_head (shared with the target).
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    config_dict = json.loads((target_model / "config.json").read_text())
+    config_dict.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"])
+    config = LlamaConfig(**{k: v for k, v in config_dict.items() if k not in ("transformers_version",)})
+    torch.manual_seed(seed)
+    hidden = config.hidden_size
+    layer = LlamaDecoderLayer(config, layer_idx=0)
+    tensors = {"fc.weight": torch.randn(hidden, 2 * hidden) * 0.02}
+    for name, tensor in layer.state_dict().items():
+        if "input_layernorm" in name:
+            continue  # EAGLE-1 has no input norm on its layer
+        tensors[f"layers.0.{name}"] = tensor.detach().clone().contiguous().float()
+    target.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(target / "model.safetensors"))
+    config.save_pretrained(target)
+    return target

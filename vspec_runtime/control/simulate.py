@@ -1,0 +1,328 @@
+"""A seeded simulator of speculative decoding steps, for testing and documenting policies.
+
+An environment is a ``Scenario``: an acceptance process (per-position conditional acceptance
+probabilities, possibly changing by phase), a step-latency model and a batch-size schedule. Its
+best K is known in closed form (``best_fixed_gamma``), so a policy's goodput can be compared with
+the oracle that always runs the best K for the current phase and batch size (``run_oracle``).
+
+Common random numbers: every step draws one uniform per request and one latency-noise draw, whatever
+K the policy chose. A request accepts the first ``min(L, K)`` drafts where its run length L comes
+from its uniform, so two policies see the same requests and the same noise and their difference is
+their choices, not their luck.
+
+Latency model (milliseconds per step, B requests, K drafts each):
+
+    T = base_ms + verify_ms_per_token * max(0, B*(K+1) - knee_tokens)
+        + draft_ms_per_forward * K + draft_ms_per_token * B * K
+
+times a multiplicative noise (1 + noise * N(0, 1)). ``knee_tokens`` models verification that is
+free while memory-bound and linear once compute-bound, which is what makes the best K depend on B.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from vspec_runtime.control.base import Policy, StepFeedback, Decision
+
+
+@dataclass(frozen=True)
+class AcceptanceProcess:
+    """Per-position conditional acceptance probabilities, by phase: ((start_step, (p_1, p_2, ...)), ...)."""
+
+    phases: tuple[tuple[int, tuple[float, ...]], ...]
+
+    def __post_init__(self) -> None:
+        if not self.phases or self.phases[0][0] != 0:
+            raise ValueError("acceptance phases must start at step 0")
+        for _, probabilities in self.phases:
+            if not probabilities or not all(0.0 <= p <= 1.0 for p in probabilities):
+                raise ValueError(f"acceptance probabilities must be in [0, 1], got {probabilities}")
+
+    @classmethod
+    def constant(cls, rate: float, positions: int = 16) -> AcceptanceProcess:
+        return cls(((0, (rate,) * positions),))
+
+    @classmethod
+    def phased(cls, *phases: tuple[int, float], positions: int = 16) -> AcceptanceProcess:
+        """Constant rate per phase: phased((0, 0.9), (1000, 0.3))."""
+        return cls(tuple((start, (rate,) * positions) for start, rate in phases))
+
+    def phase_index(self, step: int) -> int:
+        index = 0
+        for number, (start, _) in enumerate(self.phases):
+            if step >= start:
+                index = number
+        return index
+
+    def probabilities(self, step: int) -> tuple[float, ...]:
+        return self.phases[self.phase_index(step)][1]
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Step latency in milliseconds (see the module docstring)."""
+
+    base_ms: float = 20.0
+    verify_ms_per_token: float = 0.05
+    knee_tokens: int = 0
+    draft_ms_per_forward: float = 0.5
+    draft_ms_per_token: float = 0.0
+    noise: float = 0.03
+
+    def step_ms(self, batch_size: int, gamma: int) -> float:
+        verified = batch_size * (gamma + 1)
+        return (
+            self.base_ms
+            + self.verify_ms_per_token * max(0, verified - self.knee_tokens)
+            + self.draft_ms_per_forward * gamma
+            + self.draft_ms_per_token * batch_size * gamma
+        )
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated environment with a known best K."""
+
+    name: str
+    acceptance: AcceptanceProcess
+    latency: LatencyModel
+    batches: tuple[tuple[int, int], ...] = ((0, 4),)  # (start_step, batch size), first at step 0
+    max_gamma: int = 6
+    steps: int = 2000
+    unstable_rate: float = 0.02  # share of steps flagged unstable besides batch changes
+    max_num_batched_tokens: int | None = None
+    context_tokens_per_request: int = 512
+
+    def batch_at(self, step: int) -> int:
+        batch = self.batches[0][1]
+        for start, size in self.batches:
+            if step >= start:
+                batch = size
+        return batch
+
+    def max_feasible_gamma(self, batch_size: int) -> int:
+        if self.max_num_batched_tokens is None:
+            return self.max_gamma
+        return max(0, min(self.max_gamma, self.max_num_batched_tokens // batch_size - 1))
+
+    def best_gamma(self, step: int) -> int:
+        """The oracle's K at ``step``: best expected goodput for this phase and batch size."""
+        batch = self.batch_at(step)
+        candidates = range(0, self.max_feasible_gamma(batch) + 1)
+        return best_fixed_gamma(self.acceptance.probabilities(step), self.latency, batch, candidates)
+
+    def near_best_gammas(self, step: int, tolerance: float = 0.03) -> set[int]:
+        """Every K whose expected goodput is within ``tolerance`` of the best, at ``step``."""
+        batch = self.batch_at(step)
+        curve = goodput_curve(
+            self.acceptance.probabilities(step), self.latency, batch, range(0, self.max_feasible_gamma(batch) + 1)
+        )
+        best = max(curve.values())
+        return {gamma for gamma, value in curve.items() if value >= (1.0 - tolerance) * best}
+
+
+def expected_committed(probabilities: tuple[float, ...], gamma: int) -> float:
+    """E[K] = 1 + sum_{i<=K} prod_{j<=i} p_j (positions past the tuple repeat its last value)."""
+    expected, reach = 1.0, 1.0
+    for position in range(gamma):
+        reach *= probabilities[min(position, len(probabilities) - 1)]
+        expected += reach
+    return expected
+
+
+def goodput_curve(probabilities, latency: LatencyModel, batch_size: int, candidates) -> dict[int, float]:
+    """Expected committed tokens per ms for each candidate K (noise-free)."""
+    return {
+        gamma: batch_size * expected_committed(probabilities, gamma) / latency.step_ms(batch_size, gamma)
+        for gamma in candidates
+    }
+
+
+def best_fixed_gamma(probabilities, latency: LatencyModel, batch_size: int, candidates=range(0, 7)) -> int:
+    """The K with the highest expected goodput (ties: the smaller K)."""
+    curve = goodput_curve(tuple(probabilities), latency, batch_size, candidates)
+    return max(sorted(curve), key=lambda gamma: curve[gamma])
+
+
+@dataclass
+class SimulationResult:
+    tokens: int = 0
+    time_ms: float = 0.0
+    gammas: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    switches: int = 0
+
+    @property
+    def goodput_tokens_per_ms(self) -> float:
+        return self.tokens / self.time_ms if self.time_ms else 0.0
+
+    def arms_visited(self, start: int = 0, stop: int | None = None) -> set[int]:
+        return set(self.gammas[start:stop])
+
+
+def accepted_run(uniform: float, probabilities: tuple[float, ...], gamma: int) -> int:
+    """Drafts accepted out of ``gamma``: the longest prefix whose joint probability exceeds ``uniform``."""
+    reach, accepted = 1.0, 0
+    for position in range(gamma):
+        reach *= probabilities[min(position, len(probabilities) - 1)]
+        if uniform >= reach:
+            break
+        accepted += 1
+    return accepted
+
+
+def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = None, *, seed: int = 0) -> SimulationResult:
+    """Drive ``policy`` through ``steps`` simulated steps of ``scenario`` and total what it achieved."""
+    scenario = scenario or high_acceptance()
+    steps = scenario.steps if steps is None else steps
+    requests_rng = random.Random(seed)
+    noise_rng = random.Random(seed + 1_000_003)
+    result = SimulationResult()
+    previous_batch = None
+    for step in range(steps):
+        batch = scenario.batch_at(step)
+        decision = policy.choose(batch, scenario.max_feasible_gamma(batch))
+        feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
+        policy.observe(feedback)
+        _record(result, decision, feedback)
+        previous_batch = batch
+    return result
+
+
+def _simulate_step(scenario, step, batch, decision: Decision, previous_batch, requests_rng, noise_rng) -> StepFeedback:
+    gamma = decision.gamma
+    probabilities = scenario.acceptance.probabilities(step)
+    uniforms = [requests_rng.random() for _ in range(batch)]
+    accepted = tuple(accepted_run(uniform, probabilities, gamma) for uniform in uniforms)
+    noise = noise_rng.gauss(0.0, 1.0)
+    unstable_draw = noise_rng.random()
+    interval_ms = scenario.latency.step_ms(batch, gamma) * max(0.2, 1.0 + scenario.latency.noise * noise)
+    # A changed batch means someone was admitted or finished: not a pure decode step.
+    stable = batch == previous_batch and unstable_draw >= scenario.unstable_rate
+    return StepFeedback(
+        batch_size=batch,
+        gamma=gamma,
+        drafted=(gamma,) * batch,
+        accepted=accepted,
+        interval_ms=interval_ms,
+        stable=stable,
+        context_tokens=batch * scenario.context_tokens_per_request,
+        batched_tokens=batch * (gamma + 1),
+    )
+
+
+def _record(result: SimulationResult, decision: Decision, feedback: StepFeedback) -> None:
+    if result.gammas and result.gammas[-1] != decision.gamma:
+        result.switches += 1
+    result.gammas.append(decision.gamma)
+    result.reasons.append(decision.reason)
+    result.tokens += feedback.committed_tokens
+    result.time_ms += feedback.interval_ms
+
+
+class OraclePolicy(Policy):
+    """Knows the scenario: runs its best K for the current phase and batch size. Not for serving."""
+
+    name = "oracle"
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._step = 0
+        self._cache: dict[tuple[int, int], int] = {}
+
+    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
+        key = (self.scenario.acceptance.phase_index(self._step), batch_size)
+        if key not in self._cache:
+            self._cache[key] = self.scenario.best_gamma(self._step)
+        return Decision(min(self._cache[key], max_feasible_gamma), "oracle")
+
+    def observe(self, feedback: StepFeedback) -> None:
+        self._step += 1
+
+
+def run_oracle(scenario: Scenario, steps: int | None = None, *, seed: int = 0) -> SimulationResult:
+    return run(OraclePolicy(scenario), steps, scenario, seed=seed)
+
+
+def steps_to_readapt(result: SimulationResult, scenario: Scenario, change_step: int, *, settle: int = 50,
+                     tolerance: float = 0.03) -> int | None:
+    """Steps after ``change_step`` until the policy runs a near-best K for ``settle`` steps in a row.
+
+    None when it never does.
+    """
+    run_length = 0
+    for step in range(change_step, len(result.gammas)):
+        if result.gammas[step] in scenario.near_best_gammas(step, tolerance):
+            run_length += 1
+            if run_length >= settle:
+                return step - settle + 1 - change_step
+        else:
+            run_length = 0
+    return None
+
+
+# -- the scenarios of the acceptance criteria ------------------------------------------------------
+
+
+def high_acceptance(steps: int = 2000) -> Scenario:
+    """(a) A good drafter (p = 0.9) and cheap verification: the best K is the maximum, 6."""
+    return Scenario(
+        "high-acceptance",
+        AcceptanceProcess.constant(0.9),
+        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=0.5),
+        steps=steps,
+    )
+
+
+def useless_drafter(steps: int = 2000) -> Scenario:
+    """(b) A drafter that is almost never right (p = 0.05) and costs 15% of a step per draft: best K = 0."""
+    return Scenario(
+        "useless-drafter",
+        AcceptanceProcess.constant(0.05),
+        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=3.0),
+        steps=steps,
+    )
+
+
+def batch_dependent(steps: int = 2000, phase_steps: int = 250) -> Scenario:
+    """(c) p = 0.8; verification is free below 16 tokens and 2 ms/token above: B=1 wants 6, B=8 wants 1.
+
+    The batch alternates between 1 and 8 in phases of ``phase_steps`` steps.
+    """
+    batches = tuple((start, 1 if (start // phase_steps) % 2 == 0 else 8) for start in range(0, steps, phase_steps))
+    return Scenario(
+        "batch-dependent",
+        AcceptanceProcess.constant(0.8),
+        LatencyModel(base_ms=20.0, verify_ms_per_token=2.0, knee_tokens=16, draft_ms_per_forward=0.3),
+        batches=batches,
+        steps=steps,
+    )
+
+
+def phase_change(steps: int = 2000, high_first: bool = True) -> Scenario:
+    """(d) Acceptance drops from 0.9 (best K = 6) to 0.3 (best K = 1) half-way, or rises if not high_first."""
+    rates = (0.9, 0.3) if high_first else (0.3, 0.9)
+    return Scenario(
+        "phase-change" if high_first else "phase-change-rising",
+        AcceptanceProcess.phased((0, rates[0]), (steps // 2, rates[1])),
+        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=1.5),
+        steps=steps,
+    )
+
+
+SCENARIOS = {
+    "high-acceptance": high_acceptance,
+    "useless-drafter": useless_drafter,
+    "batch-dependent": batch_dependent,
+    "phase-change": phase_change,
+}
+
+
+def goodput_ratio(policy: Policy, scenario: Scenario, *, seed: int = 0) -> tuple[float, SimulationResult]:
+    """Policy goodput / oracle goodput on the same draws."""
+    result = run(policy, None, scenario, seed=seed)
+    oracle = run_oracle(scenario, seed=seed)
+    return result.goodput_tokens_per_ms / oracle.goodput_tokens_per_ms, result

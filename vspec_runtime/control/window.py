@@ -1,0 +1,65 @@
+"""Sliding-window measurements of one arm (one K in one batch-size bucket), and the bucket rule.
+
+An arm keeps its last ``size`` stable steps with running sums, so every estimate is a ratio of sums
+(total tokens over total milliseconds) rather than a mean of per-step ratios: a slow step weighs in
+by its length, which is what goodput means. Memory is O(size) per arm.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+def bucket_of(batch_size: int) -> int:
+    """The batch-size bucket: the next power of two >= batch_size (1, 2, 4, 8, ...)."""
+    if batch_size <= 1:
+        return 1
+    return 1 << (batch_size - 1).bit_length()
+
+
+class ArmWindow:
+    """The last ``size`` stable steps run with one K in one bucket."""
+
+    __slots__ = ("size", "_samples", "requests", "interval_ms", "tokens", "last_step", "total_samples")
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"window size must be >= 1, got {size}")
+        self.size = size
+        self._samples: deque[tuple[int, float, int]] = deque()
+        self.requests = 0  # sum of batch sizes in the window
+        self.interval_ms = 0.0
+        self.tokens = 0  # committed tokens in the window
+        self.last_step = -1  # policy step of the newest sample
+        self.total_samples = 0  # ever, for the UCB count of the bucket
+
+    def add(self, requests: int, interval_ms: float, tokens: int, step: int) -> None:
+        self._samples.append((requests, interval_ms, tokens))
+        self.requests += requests
+        self.interval_ms += interval_ms
+        self.tokens += tokens
+        if len(self._samples) > self.size:
+            old_requests, old_interval_ms, old_tokens = self._samples.popleft()
+            self.requests -= old_requests
+            self.interval_ms -= old_interval_ms
+            self.tokens -= old_tokens
+        self.last_step = step
+        self.total_samples += 1
+
+    @property
+    def count(self) -> int:
+        return len(self._samples)
+
+    @property
+    def goodput_tokens_per_ms(self) -> float:
+        """Measured committed tokens per millisecond over the window (0 when empty)."""
+        return self.tokens / self.interval_ms if self.interval_ms > 0 else 0.0
+
+    @property
+    def ms_per_request_step(self) -> float:
+        """Milliseconds per request per step: the arm's cost, comparable across batch sizes in a bucket."""
+        return self.interval_ms / self.requests if self.requests else 0.0
+
+    @property
+    def mean_batch(self) -> float:
+        return self.requests / len(self._samples) if self._samples else 0.0

@@ -1,0 +1,226 @@
+"""AdaptiveController: the policy plus everything around it that is not vLLM-specific.
+
+The scheduler (the only vLLM-facing piece) calls ``choose_gamma`` before each ``schedule()`` and
+``observe_step`` after each ``update_from_output``. This module keeps the bookkeeping that a policy
+should not care about: which K produced the drafts being verified (drafts are made one step ahead),
+timing of non-overlapping step intervals, the sticky K=0 cohort, the trace file, the /metrics
+snapshot and the shutdown summary. Pure Python: unit-testable without vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Optional
+
+from vspec_runtime import envs, metrics
+from vspec_runtime.control import make_policy
+from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
+
+logger = logging.getLogger("vspec.controller")
+
+SNAPSHOT_EVERY_S = 0.25
+
+
+@dataclass(frozen=True)
+class ObservedStep:
+    """One finished engine step, as the scheduler saw it."""
+
+    drafted: tuple[int, ...]  # per request with drafts: draft tokens verified
+    accepted: tuple[int, ...]  # per request with drafts: accepted draft tokens
+    batch_size: int  # requests in the step
+    pure_decode: bool  # nobody admitted or prefilling, nobody preempted
+    scheduled_at: float  # clock time when this step's schedule() began
+    completed_at: float  # clock time when its output was processed
+    context_tokens: int = 0
+    batched_tokens: int = 0
+
+
+class FaultInjectingPolicy(Policy):
+    """Test hook (VSPEC_FAULT_AFTER_STEPS): behaves like ``inner`` then raises, to prove isolation."""
+
+    name = "fault-injector"
+
+    def __init__(self, inner: Policy, fail_after: int):
+        self.inner, self.fail_after, self.calls = inner, fail_after, 0
+
+    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
+        self.calls += 1
+        if self.calls > self.fail_after:
+            raise RuntimeError(f"injected policy fault after {self.fail_after} decisions")
+        return self.inner.choose(batch_size, max_feasible_gamma)
+
+    def observe(self, feedback: StepFeedback) -> None:
+        self.inner.observe(feedback)
+
+    def summary(self) -> dict[str, Any]:
+        return self.inner.summary()
+
+
+def load_profile(path: Optional[str]) -> Optional[dict]:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+class AdaptiveController:
+    def __init__(
+        self,
+        spec: RuntimeSpec,
+        max_gamma: int,
+        max_batched_tokens: int,
+        policy: Optional[Policy] = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.spec = spec
+        self.max_gamma = max_gamma
+        self.max_batched_tokens = max_batched_tokens
+        self.clock = clock
+        self.policy = policy or self._build_policy()
+        self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
+        self._in_zero_cohort = False
+        self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
+        self._drafted_with: Optional[int] = None  # K that produced the drafts verified next step
+        self._last_completed_at: Optional[float] = None
+        self._last_decision: Optional[Decision] = None
+        self._last_reward: Optional[float] = None
+        self.steps = 0
+        self.switches = 0
+        self.selections: Counter[int] = Counter()
+        self._trace: Optional[IO[str]] = self._open_trace(spec.adaptive.trace)
+        self._last_snapshot = 0.0
+
+    # --- construction -------------------------------------------------------------------------
+
+    def _build_policy(self) -> Policy:
+        adaptive = self.spec.adaptive
+        profile = load_profile(adaptive.profile) if adaptive.policy == "profile" else None
+        fail_after = envs.get("VSPEC_FAULT_AFTER_STEPS")
+        wrap = (lambda inner: FaultInjectingPolicy(inner, int(fail_after))) if fail_after is not None else None
+        return make_policy(adaptive, self.max_gamma, profile=profile, wrap_inner=wrap)
+
+    @staticmethod
+    def _open_trace(path: Optional[str]) -> Optional[IO[str]]:
+        if not path:
+            return None
+        return open(path, "a", buffering=1, encoding="utf-8")  # line-buffered: readable while serving
+
+    # --- the two calls the scheduler makes ------------------------------------------------------
+
+    def max_feasible_gamma(self, batch_size: int) -> int:
+        """Largest K with B*(K+1) <= max_num_batched_tokens."""
+        if batch_size <= 0:
+            return self.max_gamma
+        return max(0, min(self.max_gamma, self.max_batched_tokens // batch_size - 1))
+
+    def choose_gamma(self, batch_size: int) -> int:
+        """K the drafter produces at the end of the coming step."""
+        if batch_size <= 0:
+            self._in_zero_cohort = False  # the cohort drained: speculation may resume
+            return self.current_gamma
+        if self._in_zero_cohort:
+            decision = Decision(0, "sticky-zero", rewards={})
+        else:
+            decision = self.policy.choose(batch_size, self.max_feasible_gamma(batch_size))
+            if decision.gamma == 0 and self.sticky_zero:
+                self._in_zero_cohort = True
+        self._record_decision(decision, batch_size)
+        return decision.gamma
+
+    def observe_step(self, step: ObservedStep, idle_after: bool = False) -> None:
+        """``idle_after``: no request is left, so publish now (no later step would)."""
+        verified_gamma = self._drafted_with if self._drafted_with is not None else self.current_gamma
+        interval_start = step.scheduled_at
+        if self._last_completed_at is not None:
+            interval_start = max(interval_start, self._last_completed_at)
+        interval_ms = max((step.completed_at - interval_start) * 1000.0, 1e-6)
+        self._last_completed_at = step.completed_at
+        # Stable: a pure decode step whose verified drafts and new drafts used the same K, so the
+        # interval's cost and its committed tokens both belong to that K.
+        stable = step.pure_decode and verified_gamma == self.current_gamma
+        feedback = StepFeedback(
+            batch_size=step.batch_size,
+            gamma=verified_gamma,
+            drafted=step.drafted,
+            accepted=step.accepted,
+            interval_ms=interval_ms,
+            stable=stable,
+            context_tokens=step.context_tokens,
+            batched_tokens=step.batched_tokens,
+        )
+        self._drafted_with = self.current_gamma
+        if step.batch_size > 0:
+            self.policy.observe(feedback)
+            if stable:
+                self._last_reward = feedback.committed_tokens / interval_ms
+        self._maybe_publish(force=idle_after)
+
+    # --- bookkeeping ----------------------------------------------------------------------------
+
+    def _record_decision(self, decision: Decision, batch_size: int) -> None:
+        self.steps += 1
+        if decision.gamma != self.current_gamma:
+            self.switches += 1
+        changed = decision.gamma != self.current_gamma
+        self.current_gamma = decision.gamma
+        self.selections[decision.gamma] += 1
+        self._last_decision = decision
+        if self._trace is not None and (changed or decision.reason != "hold"):
+            self._write_trace(decision, batch_size)
+
+    def _write_trace(self, decision: Decision, batch_size: int) -> None:
+        summary = self.policy.summary()
+        line = {
+            "step": self.steps,
+            "time": round(self.clock(), 6),
+            "batch_size": batch_size,
+            "bucket": decision.bucket,
+            "gamma": decision.gamma,
+            "reason": decision.reason,
+            "reward": self._last_reward,
+            "rewards": {str(k): v for k, v in decision.rewards.items()},
+            "acceptance": summary.get("acceptance"),
+        }
+        self._trace.write(json.dumps(line) + "\n")
+
+    def snapshot(self) -> dict[str, Any]:
+        decision = self._last_decision
+        return {
+            "method": self.spec.method,
+            "policy": self.spec.adaptive.policy,
+            "gamma": self.current_gamma,
+            "max_gamma": self.max_gamma,
+            "steps": self.steps,
+            "switches": self.switches,
+            "selections": {str(k): v for k, v in sorted(self.selections.items())},
+            "rewards": {str(k): v for k, v in (decision.rewards if decision else {}).items()},
+            "faulted": bool(getattr(self.policy, "faulted", False)),
+            "relaxed": self.spec.relaxed.enabled,
+        }
+
+    def _maybe_publish(self, force: bool = False) -> None:
+        now = self.clock()
+        if force or now - self._last_snapshot >= SNAPSHOT_EVERY_S:
+            self._last_snapshot = now
+            metrics.publish(self.snapshot())
+
+    def summary(self) -> dict[str, Any]:
+        total = sum(self.selections.values()) or 1
+        return {
+            **self.snapshot(),
+            "mean_gamma": round(sum(k * n for k, n in self.selections.items()) / total, 3),
+            "policy_summary": self.policy.summary(),
+        }
+
+    def close(self) -> dict[str, Any]:
+        summary = self.summary()
+        self._maybe_publish(force=True)
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
+        return summary

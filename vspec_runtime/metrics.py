@@ -1,0 +1,92 @@
+"""vspec_* series on vLLM's /metrics.
+
+The controller lives in the engine-core process; /metrics is served by the API-server process.
+The controller publishes a small JSON snapshot (``$VSPEC_RUN_DIR/controller.json``, replaced
+atomically a few times a second at most) and a Prometheus collector registered in every vspec
+process reads it at scrape time. No shared memory, no extra port, and no dependence on vLLM's stats
+plumbing. Limitation: with PROMETHEUS_MULTIPROC_DIR (several API servers) vLLM serves its own
+registry and these series are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+SNAPSHOT_NAME = "controller.json"
+_collector_registered = False
+
+
+def snapshot_path() -> Optional[Path]:
+    run_dir = os.environ.get("VSPEC_RUN_DIR")
+    return Path(run_dir) / SNAPSHOT_NAME if run_dir else None
+
+
+def publish(snapshot: dict[str, Any]) -> None:
+    """Atomically replace the snapshot (engine-core side)."""
+    path = snapshot_path()
+    if path is None:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=".controller.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(snapshot, handle)
+    os.replace(tmp, path)
+
+
+def read_snapshot() -> Optional[dict[str, Any]]:
+    path = snapshot_path()
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+class VspecCollector:
+    """prometheus_client custom collector: turns the latest snapshot into vspec_* families."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        snap = read_snapshot()
+        if not snap:
+            return
+        info = InfoMetricFamily("vspec", "vspec runtime configuration")
+        info.add_metric([], {"method": str(snap.get("method", "")), "policy": str(snap.get("policy", "")),
+                             "relaxed_acceptance": "on" if snap.get("relaxed") else "off"})
+        yield info
+        yield GaugeMetricFamily("vspec_current_gamma", "Speculation length K the controller chose last",
+                                value=float(snap.get("gamma", 0)))
+        yield GaugeMetricFamily("vspec_max_gamma", "Largest K this server may use", value=float(snap.get("max_gamma", 0)))
+        selections = CounterMetricFamily("vspec_gamma_selections", "Scheduled steps per chosen K", labels=["gamma"])
+        for gamma, count in sorted(snap.get("selections", {}).items(), key=lambda kv: int(kv[0])):
+            selections.add_metric([str(gamma)], float(count))
+        yield selections
+        yield CounterMetricFamily("vspec_gamma_switches", "Times the controller changed K", value=float(snap.get("switches", 0)))
+        yield CounterMetricFamily("vspec_decode_steps", "Steps seen by the controller", value=float(snap.get("steps", 0)))
+        rewards = GaugeMetricFamily("vspec_reward_tokens_per_ms", "Measured goodput estimate per K (committed tokens per ms)",
+                                    labels=["gamma"])
+        for gamma, value in sorted(snap.get("rewards", {}).items(), key=lambda kv: int(kv[0])):
+            if value is not None:
+                rewards.add_metric([str(gamma)], float(value))
+        yield rewards
+        yield GaugeMetricFamily("vspec_controller_faulted", "1 when the policy failed and K is frozen",
+                                value=1.0 if snap.get("faulted") else 0.0)
+        yield GaugeMetricFamily("vspec_relaxed_acceptance_enabled", "1 when relaxed (output-changing) acceptance is on",
+                                value=1.0 if snap.get("relaxed") else 0.0)
+
+
+def register_collector() -> None:
+    global _collector_registered
+    if _collector_registered:
+        return
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:
+        return
+    REGISTRY.register(VspecCollector())
+    _collector_registered = True

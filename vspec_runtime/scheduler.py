@@ -1,0 +1,152 @@
+"""AdaptiveScheduler: vLLM's Scheduler with K chosen by vspec's controller every step.
+
+Passed to vLLM as ``--scheduler-cls vspec_runtime.scheduler.AdaptiveScheduler`` (a supported
+extension point, config/scheduler.py). It relies on vLLM's "dynamic SD" plumbing: when
+``num_speculative_tokens_per_batch_size`` is configured, ``Scheduler.schedule()`` reads K from the
+dense list ``self.dynamic_sd_lookup`` (indexed by batch size) into
+``SchedulerOutput.num_spec_tokens_to_schedule``, and the model runner drafts that many tokens.
+We rewrite that list before each ``schedule()`` and read the verified counts after each
+``update_from_output()``. Symbols used are listed in vspec_runtime/vllm_surface.py and checked by
+`vspec doctor`.
+
+Fault isolation: any exception in vspec's code here is logged once with its traceback, K is frozen
+at a safe value and vLLM keeps serving as with a fixed K.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any, Optional
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from vspec_runtime.activation import active_spec
+from vspec_runtime.controller import AdaptiveController, ObservedStep
+
+logger = logging.getLogger("vspec.scheduler")
+
+
+class AdaptiveScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._vspec: Optional[AdaptiveController] = None
+        self._vspec_faulted = False
+        self._vspec_scheduled_at: deque[tuple[int, float]] = deque(maxlen=8)
+        spec = active_spec()
+        if spec is None or not spec.adaptive_active:
+            logger.warning("vspec scheduler loaded without an adaptive vspec spec: behaving like vLLM's Scheduler")
+            return
+        if self.dynamic_sd_lookup is None or self.num_spec_tokens <= 0:
+            logger.warning(
+                "vspec: vLLM's per-step K is off (no num_speculative_tokens_per_batch_size in the "
+                "speculative config); the controller stays idle. `vspec serve` sets it for you."
+            )
+            return
+        self._vspec = AdaptiveController(
+            spec,
+            max_gamma=self.num_spec_tokens,
+            max_batched_tokens=self.max_num_scheduled_tokens,
+        )
+        self._set_gamma(self._vspec.current_gamma)
+        logger.info(
+            "vspec adaptive scheduler: policy=%s K in [%d, %d], max_num_batched_tokens=%d",
+            spec.adaptive.policy, spec.adaptive.min_gamma, self.num_spec_tokens, self.max_num_scheduled_tokens,
+        )
+
+    # --- hooks ----------------------------------------------------------------------------------
+
+    def schedule(self):  # type: ignore[override]
+        started = time.perf_counter()
+        if self._vspec is not None:
+            self._guarded(self._choose_before_schedule)
+        output = super().schedule()
+        if self._vspec is not None:
+            self._vspec_scheduled_at.append((id(output), started))
+        return output
+
+    def update_from_output(self, scheduler_output, model_runner_output):  # type: ignore[override]
+        result = super().update_from_output(scheduler_output, model_runner_output)
+        if self._vspec is not None:
+            completed = time.perf_counter()
+            self._guarded(lambda: self._observe(scheduler_output, model_runner_output, completed))
+        return result
+
+    def shutdown(self) -> None:
+        if self._vspec is not None:
+            try:
+                summary = self._vspec.close()
+                logger.info("vspec summary: %s", summary)
+            except Exception:  # noqa: BLE001 - shutdown must finish whatever happened
+                logger.exception("vspec: failed to write the shutdown summary")
+        super().shutdown()
+
+    # --- vspec logic ----------------------------------------------------------------------------
+
+    def _choose_before_schedule(self) -> None:
+        batch_estimate = min(len(self.running) + len(self.waiting), self.max_num_running_reqs)
+        self._set_gamma(self._vspec.choose_gamma(batch_estimate))
+
+    def _set_gamma(self, gamma: int) -> None:
+        lookup = self.dynamic_sd_lookup
+        gamma = max(0, min(gamma, self.num_spec_tokens))
+        if lookup is not None and lookup[-1] != gamma:
+            lookup[1:] = [gamma] * (len(lookup) - 1)  # index 0 unused; every batch size gets K
+
+    def _observe(self, scheduler_output, model_runner_output, completed: float) -> None:
+        scheduled_at = completed
+        for output_id, started in self._vspec_scheduled_at:
+            if output_id == id(scheduler_output):
+                scheduled_at = started
+                break
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+        sampled = model_runner_output.sampled_token_ids
+        index_of = model_runner_output.req_id_to_index
+        invalid = scheduler_output.num_invalid_spec_tokens or {}
+        drafted, accepted = [], []
+        for req_id, drafts in spec_tokens.items():
+            index = index_of.get(req_id)
+            if index is None or not sampled or index >= len(sampled):
+                continue
+            drafted.append(len(drafts) - invalid.get(req_id, 0))
+            accepted.append(max(len(sampled[index]) - 1, 0))
+        num_scheduled = scheduler_output.num_scheduled_tokens
+        pure_decode = (
+            not scheduler_output.scheduled_new_reqs
+            and not scheduler_output.preempted_req_ids
+            and all(count == 1 + len(spec_tokens.get(req_id, ())) for req_id, count in num_scheduled.items())
+        )
+        self._vspec.observe_step(
+            ObservedStep(
+                drafted=tuple(drafted),
+                accepted=tuple(accepted),
+                batch_size=len(num_scheduled),
+                pure_decode=pure_decode,
+                scheduled_at=scheduled_at,
+                completed_at=completed,
+                batched_tokens=scheduler_output.total_num_scheduled_tokens,
+            ),
+            idle_after=not self.running and not self.waiting,
+        )
+
+    def _publish_fault(self, frozen_gamma: int) -> None:
+        try:
+            from vspec_runtime import metrics
+
+            metrics.publish({**self._vspec.snapshot(), "gamma": frozen_gamma, "faulted": True})
+        except Exception:  # noqa: BLE001 - best effort; serving matters more than the gauge
+            pass
+
+    def _guarded(self, action) -> None:
+        try:
+            action()
+        except Exception:  # noqa: BLE001 - a controller fault must never take the engine down
+            if not self._vspec_faulted:
+                self._vspec_faulted = True
+                logger.exception("vspec controller fault; freezing K and serving on")
+            safe = min(self.num_spec_tokens, max(1, self._vspec.current_gamma if self._vspec else 1))
+            if self._vspec is not None:
+                self._publish_fault(safe)
+            self._vspec = None
+            self._set_gamma(safe)

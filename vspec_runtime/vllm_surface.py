@@ -1,0 +1,173 @@
+"""Every vLLM symbol vspec relies on, in one list, and how to check one on the installed vLLM.
+
+`vspec doctor` checks each entry (ok or fail, with the reason) and tests/test_vllm_drift.py asserts
+them all, so an upstream rename fails a test instead of a server. To rely on something new in vLLM,
+append one ``Sym(...)`` line to SURFACE.
+
+A target is ``"module:Qualified.name"`` (the module is imported, the rest is walked with getattr),
+or an entry-point group name for kind ``entry-point-group``. ``params`` are the leading parameter
+names (after ``self``) in order, for the calls vspec makes or overrides positionally.
+``needed_for`` says which features use it: "core" (always), "adaptive", or a method name
+(ngram, draft, eagle, eagle3), so `vspec doctor --method M [--adaptive]` can check only those.
+
+This module imports nothing from vLLM at import time; the runtime may call ``problem()`` before
+patching to raise a clear incompatibility error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+KINDS = ("class", "function", "attribute", "field", "entry-point-group")
+METHODS = ("ngram", "draft", "eagle", "eagle3", "none")
+FEATURES = ("core", "adaptive", *METHODS)
+
+CORE = ("core",)
+ADAPTIVE = ("adaptive",)
+EAGLE = ("eagle", "eagle3")
+
+
+@dataclass(frozen=True)
+class Sym:
+    target: str
+    kind: str
+    why: str
+    params: Optional[tuple[str, ...]] = None
+    needed_for: tuple[str, ...] = CORE
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.target}: kind {self.kind!r} is not one of {KINDS}")
+        unknown = set(self.needed_for) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"{self.target}: unknown features {sorted(unknown)}")
+        if self.kind != "entry-point-group" and ":" not in self.target:
+            raise ValueError(f"{self.target}: expected 'module:Qualified.name'")
+
+    @property
+    def name(self) -> str:
+        """The dotted name people read: ``vllm.config.speculative.SpeculativeConfig.num_spe...``."""
+        return self.target.replace(":", ".")
+
+    def matters_for(self, method: Optional[str], adaptive: bool) -> bool:
+        """Whether `vspec doctor --method M [--adaptive]` checks this symbol (no flags: all)."""
+        if method is None and not adaptive:
+            return True
+        wanted = {"core"} | ({method} if method else set()) | ({"adaptive"} if adaptive else set())
+        return bool(wanted & set(self.needed_for))
+
+
+_SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
+
+SURFACE: tuple[Sym, ...] = (
+    Sym(_SCHED, "class", "AdaptiveScheduler subclasses it and is passed as --scheduler-cls", ("vllm_config", "kv_cache_config", "structured_output_manager", "block_size"), ADAPTIVE),
+    Sym(f"{_SCHED}.schedule", "function", "overridden: K is chosen just before vLLM schedules a step", (), ADAPTIVE),
+    Sym(f"{_SCHED}.update_from_output", "function", "overridden: accepted counts and step timing feed the policy", ("scheduler_output", "model_runner_output"), ADAPTIVE),
+    Sym(f"{_SCHED}.update_draft_token_ids", "function", "per-request draft trimming (confidence stop)", ("draft_token_ids",), ADAPTIVE),
+    Sym(f"{_SCHED}.shutdown", "function", "overridden: the controller writes its summary when the engine stops", (), ADAPTIVE),
+    Sym(f"{_SCHED}.dynamic_sd_lookup", "attribute", "the batch-size -> K list vspec rewrites before each step", None, ADAPTIVE),
+    Sym(f"{_SCHED}.num_spec_tokens", "attribute", "the start-up K, the ceiling of every K vspec picks", None, ADAPTIVE),
+    Sym(f"{_SCHED}.max_num_scheduled_tokens", "attribute", "token budget: K is feasible when B*(K+1) fits", None, ADAPTIVE),
+    Sym("vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule", "field", "the per-step K the model runner passes to every drafter", None, ADAPTIVE),
+    Sym("vllm.config.speculative:SpeculativeConfig.num_speculative_tokens_per_batch_size", "field", "turns on vLLM's dynamic SD plumbing (`vspec serve` sets it)", None, ADAPTIVE),
+    Sym("vllm.config.scheduler:SchedulerConfig.scheduler_cls", "field", "how AdaptiveScheduler is plugged in (--scheduler-cls)", None, ADAPTIVE),
+    Sym("vllm.v1.spec_decode.dynamic.utils:build_dynamic_sd_schedule_lookup", "function", "builds the dense K lookup vspec overwrites", ("num_speculative_tokens_per_batch_size", "vllm_max_batch_size", "vllm_num_speculative_tokens"), ADAPTIVE),
+    Sym("vllm.model_executor.models:ModelRegistry.register_model", "function", "registers vspec's EAGLE head architectures", ("model_arch", "model_cls"), EAGLE),
+    Sym("vllm.plugins:load_general_plugins", "function", "vLLM calls vspec's register() through it in every process", (), CORE),
+    Sym("vllm.plugins:load_plugins_by_group", "function", "`vspec doctor` uses it to confirm vLLM loads the plugin", ("group",), CORE),
+    Sym("vllm.general_plugins", "entry-point-group", "the entry-point group vspec_runtime.plugin:register is published under", None, CORE),
+)
+
+
+def selected(method: Optional[str] = None, adaptive: bool = False,
+             surface: tuple[Sym, ...] = SURFACE) -> list[Sym]:
+    return [sym for sym in surface if sym.matters_for(method, adaptive)]
+
+
+# --- checking one symbol -----------------------------------------------------------------------
+
+ImportModule = Callable[[str], Any]
+
+
+def problem(sym: Sym, import_module: ImportModule = importlib.import_module) -> Optional[str]:
+    """None when ``sym`` exists on the importable vLLM as described, else a one-line reason."""
+    if sym.kind == "entry-point-group":
+        return _group_problem(sym.target, import_module)
+    module_name, _, qualname = sym.target.partition(":")
+    try:
+        obj: Any = import_module(module_name)
+    except ImportError as exc:
+        return f"cannot import {module_name} ({exc})"
+    parts = qualname.split(".")
+    owner: Any = None
+    for index, part in enumerate(parts):
+        owner, last = obj, index == len(parts) - 1
+        if last and sym.kind in ("attribute", "field"):
+            return _member_problem(sym, owner, part)
+        if not hasattr(obj, part):
+            where = ".".join([module_name, *parts[:index]])
+            return f"{where} has no attribute '{part}'"
+        obj = getattr(obj, part)
+    if sym.kind == "class" and not inspect.isclass(obj):
+        return f"{sym.name} is a {type(obj).__name__}, not a class"
+    if sym.kind == "function" and not callable(obj):
+        return f"{sym.name} is not callable"
+    if sym.params is not None:
+        return _params_problem(sym, obj.__init__ if sym.kind == "class" else obj)
+    return None
+
+
+def _member_problem(sym: Sym, owner: Any, member: str) -> Optional[str]:
+    cls = owner if inspect.isclass(owner) else type(owner)
+    if sym.kind == "field":
+        if dataclasses.is_dataclass(cls) and member in {f.name for f in dataclasses.fields(cls)}:
+            return None
+        if member in getattr(cls, "model_fields", {}):  # a pydantic model
+            return None
+        return f"{cls.__module__}.{cls.__qualname__} has no field '{member}'"
+    # An instance attribute exists only once __init__ ran: look for the assignment in the source.
+    if hasattr(cls, member):
+        return None
+    assignment = re.compile(rf"\bself\.{re.escape(member)}\s*(:[^=\n]+)?=(?!=)")
+    for klass in inspect.getmro(cls):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            source = inspect.getsource(init)
+        except (OSError, TypeError):
+            continue
+        if assignment.search(source):
+            return None
+    return f"{cls.__module__}.{cls.__qualname__} no longer sets self.{member} in __init__"
+
+
+def _params_problem(sym: Sym, func: Any) -> Optional[str]:
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError) as exc:
+        return f"cannot read the signature of {sym.name} ({exc})"
+    names = [p.name for p in signature.parameters.values()
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    expected = list(sym.params or ())
+    if names[: len(expected)] != expected:
+        return f"{sym.name} takes ({', '.join(names)}), expected ({', '.join(expected)}, ...)"
+    return None
+
+
+def _group_problem(group: str, import_module: ImportModule) -> Optional[str]:
+    try:
+        plugins = import_module("vllm.plugins")
+    except ImportError as exc:
+        return f"cannot import vllm.plugins ({exc})"
+    groups = {value for value in vars(plugins).values() if isinstance(value, str)}
+    if group not in groups:
+        return f"vllm.plugins no longer names the entry-point group '{group}'"
+    return None

@@ -31,15 +31,15 @@ def _common(vocab_size: int, hidden: int, layers: int) -> dict:
         hidden_size=hidden,
         intermediate_size=hidden * 2,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,  # head_dim 64: vLLM's CPU attention supports only some head sizes
+        num_key_value_heads=1,
         max_position_embeddings=2048,
         tie_word_embeddings=False,
         torch_dtype="float32",
     )
 
 
-def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 64) -> Path:
+def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 128) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -48,7 +48,7 @@ def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, l
     return _save(LlamaForCausalLM(config).float(), target, tokenizer_dir)
 
 
-def build_qwen2(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 64) -> Path:
+def build_qwen2(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 128) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

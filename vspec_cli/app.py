@@ -8,6 +8,11 @@ import sys
 import typer
 
 from vspec_cli import serve
+from vspec_cli import models
+from vspec_cli import doctor
+from vspec_cli import switches
+from vspec_cli import lifecycle
+from vspec_cli import completion
 from vspec_cli._errors import VspecError
 from vspec_cli._factory import typer_factory
 from vspec_runtime import __version__
@@ -32,6 +37,11 @@ def _root(
 
 
 serve.register(app)
+models.register(app)
+doctor.register(app)
+switches.register(app)
+lifecycle.register(app)
+completion.register(app)
 
 
 def _render_error(error: VspecError) -> int:

@@ -7,7 +7,7 @@ policies) and by the integration tests. Run as::
 
 REQUEST: {"spec": {...RuntimeSpec...}, "target_path": str, "drafter_path": str|null,
           "phases": [{"name": str, "prompts": [str, ...], "max_tokens": int}], "warmup": bool,
-          "chat": bool}
+          "chat": bool, "engine_overrides": {...vllm.LLM kwargs...}}
 RESULT:  {"phases": [{"name", "outputs": [{"text", "token_ids"}], "elapsed_s", "output_tokens"}],
           "counters": {"vllm:spec_decode_num_drafts": ..., ...}, "controller": {...}|null,
           "trace": [...]|null}
@@ -68,6 +68,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     from vspec_cli.launch import vllm_engine_kwargs
 
     kwargs = vllm_engine_kwargs(spec, request["target_path"], request.get("drafter_path"))
+    kwargs.update(request.get("engine_overrides", {}))  # e.g. enforce_eager for fast test starts
     llm = LLM(**kwargs, disable_log_stats=False, seed=0, enable_prefix_caching=False)
     tokenizer = llm.get_tokenizer()
     chat = bool(request.get("chat", True))

@@ -100,9 +100,12 @@ class AdaptiveController:
     def _build_policy(self) -> Policy:
         adaptive = self.spec.adaptive
         profile = load_profile(adaptive.profile) if adaptive.policy == "profile" else None
+        policy = make_policy(adaptive, self.max_gamma, profile=profile)
         fail_after = envs.get("VSPEC_FAULT_AFTER_STEPS")
-        wrap = (lambda inner: FaultInjectingPolicy(inner, int(fail_after))) if fail_after is not None else None
-        return make_policy(adaptive, self.max_gamma, profile=profile, wrap_inner=wrap)
+        if fail_after is not None:
+            # Inside the guard, exactly where a real policy bug would surface.
+            policy.inner = FaultInjectingPolicy(policy.inner, int(fail_after))
+        return policy
 
     @staticmethod
     def _open_trace(path: Optional[str]) -> Optional[IO[str]]:

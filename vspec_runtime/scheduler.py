@@ -57,11 +57,11 @@ class AdaptiveScheduler(Scheduler):
 
     # --- hooks ----------------------------------------------------------------------------------
 
-    def schedule(self):  # type: ignore[override]
+    def schedule(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         started = time.perf_counter()
         if self._vspec is not None:
             self._guarded(self._choose_before_schedule)
-        output = super().schedule()
+        output = super().schedule(*args, **kwargs)
         if self._vspec is not None:
             self._vspec_scheduled_at.append((id(output), started))
         return output

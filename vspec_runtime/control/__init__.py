@@ -1,0 +1,85 @@
+"""Policies that choose the speculation length K each step (DESIGN.md section 4).
+
+Pure Python: nothing here imports vLLM, torch or numpy, so every policy runs against the seeded
+simulator in ``simulate.py`` and costs microseconds per decision.
+
+``make_policy`` builds the policy the settings ask for, wrapped in ``GuardedPolicy`` so that a
+policy bug freezes K at a safe value instead of failing a serving step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vspec_runtime.control.acceptance import AcceptanceStats
+from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.guard import GuardedPolicy
+from vspec_runtime.control.latency_profile import PROFILE_SCHEMA, ComponentLatency, LatencyProfile
+from vspec_runtime.control.online import OnlineConfig, OnlinePolicy
+from vspec_runtime.control.profile_policy import ProfilePolicy
+from vspec_runtime.control.static import FixedPolicy, TablePolicy
+from vspec_runtime.control.window import bucket_of
+
+if TYPE_CHECKING:
+    from vspec_runtime.spec import AdaptiveSettings
+
+__all__ = [
+    "PROFILE_SCHEMA",
+    "AcceptanceStats",
+    "ComponentLatency",
+    "Decision",
+    "FixedPolicy",
+    "GuardedPolicy",
+    "LatencyProfile",
+    "OnlineConfig",
+    "OnlinePolicy",
+    "Policy",
+    "ProfilePolicy",
+    "StepFeedback",
+    "TablePolicy",
+    "bucket_of",
+    "make_policy",
+]
+
+
+def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None = None) -> Policy:
+    """The policy ``adaptive.policy`` names, for candidates K in [min_gamma, max_gamma], guarded.
+
+    ``max_gamma`` is the start-up num_speculative_tokens. ``profile`` is the profile JSON already
+    loaded by the caller (required for policy "profile"). On a policy fault the guard runs
+    ``fixed_gamma`` if set, else ``max_gamma``: what vLLM would have done without vspec.
+    Raises ValueError with a one-line message on settings the policy cannot run with.
+    """
+    if not isinstance(max_gamma, int) or max_gamma < 0:
+        raise ValueError(f"max_gamma must be an integer >= 0, got {max_gamma!r}")
+    if adaptive.min_gamma > max_gamma:
+        raise ValueError(f"adaptive.min_gamma: got {adaptive.min_gamma}; must be <= gamma ({max_gamma})")
+    inner = _build(adaptive, max_gamma, profile)
+    safe_gamma = min(adaptive.fixed_gamma if adaptive.fixed_gamma is not None else max_gamma, max_gamma)
+    return GuardedPolicy(inner, safe_gamma=safe_gamma, max_gamma=max_gamma)
+
+
+def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None) -> Policy:
+    if adaptive.policy == "online":
+        return OnlinePolicy(OnlineConfig.from_settings(adaptive, max_gamma))
+    if adaptive.policy == "profile":
+        if profile is None:
+            raise ValueError("adaptive.profile: policy 'profile' needs a profile (--adaptive-profile PATH)")
+        return ProfilePolicy(
+            LatencyProfile.from_dict(profile),
+            max_gamma=max_gamma,
+            min_gamma=adaptive.min_gamma,
+            max_gamma_step=adaptive.max_gamma_step,
+            control_interval=adaptive.control_interval,
+            hysteresis=adaptive.hysteresis,
+        )
+    if adaptive.policy == "fixed":
+        gamma = adaptive.fixed_gamma if adaptive.fixed_gamma is not None else max_gamma
+        if gamma > max_gamma:
+            raise ValueError(f"adaptive.fixed_gamma: got {gamma}; must be <= gamma ({max_gamma})")
+        return FixedPolicy(gamma)
+    if adaptive.policy == "table":
+        if not adaptive.table:
+            raise ValueError("adaptive.table: policy 'table' needs a batch-size -> K table")
+        return TablePolicy({batch: min(k, max_gamma) for batch, k in adaptive.table.items()})
+    raise ValueError(f"adaptive.policy: unknown policy {adaptive.policy!r}")

@@ -13,25 +13,38 @@ Two ways to estimate an arm (``model_guided``):
   arms and buckets, and requests / ms (the arm's cost) from the arm's own window. Why: E[K] pools
   every verified step, so it is far less noisy than one arm's token count at small batch, and it
   follows a workload phase change as soon as the acceptance rates move, where the windows of arms
-  we are not on would keep stale samples. The cost part is what the hardware says and only the
-  arm's own window knows it. An arm not yet measured gets a *predicted* cost from measured arms
-  (``prediction.predict_cost``): reward(t) = reward(a) * (E[t]/E[a]) / cost_ratio(t, a). Warm-up
-  then visits only arms whose optimistic prediction beats the best measured arm, so it does not walk
-  through every K when acceptance is obviously high or obviously useless.
+  we are not on would keep stale samples. The cost is what the hardware says, and only the arm's
+  own window knows it. An arm not measured yet gets a *predicted* cost (``prediction.py``): from
+  the measured arms of the bucket (a line in K, or with one arm the neighbour bucket's curve or a
+  prior slope), i.e. reward(t) = reward(a) * (E[t]/E[a]) / cost_ratio(t, a). Warm-up visits only
+  arms whose *optimistic* prediction beats the best measured arm, so it does not walk through every
+  K when acceptance is obviously high or obviously useless, and an arm that becomes promising later
+  (the acceptance model moved) is explored then.
 
-Guard rails around both: decisions only every ``control_interval`` steps of a bucket ("hold" in
-between), moves of at most ``max_gamma_step`` per decision, a switch between measured arms only when
-the best UCB score beats the current one by ``hysteresis`` (relative), and K capped by the caller's
-``max_feasible_gamma`` ("infeasible" when that changes the choice). UCB score = mean + c * R_max *
-sqrt(2 ln(N+1) / n), N the bucket's stable steps, n the arm's window count, R_max the best mean.
+Beyond the reference, two rules keep the estimates honest at little cost:
+
+* Thin contenders: a measured arm with fewer than ``confident_samples`` samples whose estimate,
+  plus its noise margin, comes within the hysteresis of the best is visited again. Near-tied arms
+  are cheap to visit, and four noisy steps must not settle a 2% difference for good.
+* Patience: an arm preferred over the current one at ``patience_decisions`` decisions in a row wins
+  even inside the hysteresis. Noise alternates the preference, a real gap does not; a fixed 5%
+  hysteresis alone would let the policy sit up to 5% below the best forever.
+
+Guard rails: decisions only every ``control_interval`` steps of a bucket ("hold" in between), moves
+of at most ``max_gamma_step`` per decision, a switch between measured arms only when the best UCB
+score beats the current by ``hysteresis`` (relative) or patiently (above), and K capped by the
+caller's ``max_feasible_gamma`` ("infeasible" when that changes the choice). UCB score = mean + c *
+R_max * sqrt(2 ln(N+1) / n), N the bucket's stable steps, n the arm's window count, R_max the best
+mean. Moves made for information (warm-up, exploration) are undone without hysteresis.
 
 Buckets: each bucket keeps its own current K, so the clamp applies between two decisions of the same
 bucket and a batch that alternates between two sizes gets each size's K at once. A new bucket starts
 at the K of its nearest populated neighbour (a draining tail does not restart from max_gamma). With
-model guidance the acceptance model is shared anyway, so a new bucket only needs cost measurements;
-without it, the neighbour's measured rewards, rescaled to the new bucket, serve as priors and
-warm-up becomes a local hill climb instead of a full sweep.
+model guidance the acceptance model is shared anyway and the neighbour's cost curve stands in for
+the slope until the new bucket has measured two arms; without it, the neighbour's measured rewards,
+rescaled to the new bucket, serve as priors and warm-up becomes a local hill climb, not a sweep.
 
+Decision reasons: warmup, prior (a new bucket's first K), explore, exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 """
 
@@ -39,117 +52,17 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from vspec_runtime.control.acceptance import AcceptanceStats
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
-from vspec_runtime.control.prediction import predict_cost
+from vspec_runtime.control.bucket_state import BucketState, bucket_summary
+from vspec_runtime.control.online_config import OnlineConfig
+from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
 from vspec_runtime.control.window import ArmWindow, bucket_of
 
-if TYPE_CHECKING:
-    from vspec_runtime.spec import AdaptiveSettings
-
-
-@dataclass(frozen=True)
-class OnlineConfig:
-    """Settings of one OnlinePolicy; validated on construction, never mutated."""
-
-    max_gamma: int
-    min_gamma: int = 0
-    max_gamma_step: int = 2
-    control_interval: int = 4
-    hysteresis: float = 0.05
-    window: int = 32
-    exploration: float = 0.01  # UCB c
-    model_guided: bool = True
-    seed: int = 0  # breaks exact ties between candidate arms
-    start_gamma: int | None = None  # K of the very first bucket; default max_gamma (vLLM's own choice)
-    # Model guidance: an unmeasured arm is explored when its optimistic prediction beats the best
-    # measured arm by explore_margin; secant predictions are trusted to within prediction_tolerance.
-    prediction_tolerance: float = 0.05
-    explore_margin: float = 0.01
-    prior_slope_fraction: float = 0.05  # cost per draft token / step cost, with one arm measured
-    acceptance_memory_requests: float = 32.0  # horizon of the acceptance model, in drafting requests
-
-    def __post_init__(self) -> None:
-        for problem in _config_problems(self):
-            raise ValueError(f"online policy: {problem}")
-
-    @classmethod
-    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int) -> OnlineConfig:
-        return cls(
-            max_gamma=max_gamma,
-            min_gamma=min(adaptive.min_gamma, max_gamma),
-            max_gamma_step=adaptive.max_gamma_step,
-            control_interval=adaptive.control_interval,
-            hysteresis=adaptive.hysteresis,
-            window=adaptive.online_window,
-            exploration=adaptive.online_exploration,
-            model_guided=adaptive.model_guided,
-            seed=adaptive.seed,
-        )
-
-
-def _config_problems(config: OnlineConfig):
-    if not 0 <= config.max_gamma <= 64:
-        yield f"max_gamma must be in [0, 64], got {config.max_gamma}"
-    if not 0 <= config.min_gamma <= config.max_gamma:
-        yield f"min_gamma must be in [0, max_gamma={config.max_gamma}], got {config.min_gamma}"
-    if config.max_gamma_step < 1:
-        yield f"max_gamma_step must be >= 1, got {config.max_gamma_step}"
-    if config.control_interval < 1:
-        yield f"control_interval must be >= 1, got {config.control_interval}"
-    if config.window < 1:
-        yield f"window must be >= 1, got {config.window}"
-    for name in ("hysteresis", "exploration", "prediction_tolerance", "explore_margin", "prior_slope_fraction"):
-        value = getattr(config, name)
-        if not (math.isfinite(value) and value >= 0.0):
-            yield f"{name} must be a finite number >= 0, got {value}"
-    if not config.acceptance_memory_requests >= 1.0:
-        yield f"acceptance_memory_requests must be >= 1, got {config.acceptance_memory_requests}"
-    if config.start_gamma is not None and not config.min_gamma <= config.start_gamma <= config.max_gamma:
-        yield f"start_gamma must be in [min_gamma, max_gamma], got {config.start_gamma}"
-
-
-class _Bucket:
-    """Bandit state of one batch-size bucket."""
-
-    __slots__ = (
-        "key",
-        "gamma",
-        "arms",
-        "countdown",
-        "warming_up",
-        "exploring",
-        "neighbour",
-        "samples",
-        "decisions",
-        "switches",
-        "warmup_decisions",
-        "visited",
-        "rewards",
-        "target",
-    )
-
-    def __init__(self, key: int, gamma: int, neighbour: _Bucket | None) -> None:
-        self.key = key
-        self.gamma = gamma  # the K this bucket runs (before the feasibility cap)
-        self.arms: dict[int, ArmWindow] = {}
-        self.countdown = 0  # steps left before the next decision
-        self.warming_up = True
-        self.exploring = False  # moved for information, not reward: return to the best without hysteresis
-        self.neighbour = neighbour  # where the priors came from (None: the first bucket)
-        self.samples = 0  # stable steps ever observed (UCB's N)
-        self.decisions = 0
-        self.switches = 0
-        self.warmup_decisions = 0
-        self.visited: set[int] = set()  # arms ever chosen in this bucket
-        self.rewards: dict[int, float] = {}  # last estimates, shared by the "hold" decisions after it
-        self.target: int | None = None  # where a switch that passed the hysteresis is heading
-
-    def measured(self, low: int, high: int) -> dict[int, ArmWindow]:
-        return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.count}
+__all__ = ["OnlineConfig", "OnlinePolicy"]
 
 
 class OnlinePolicy(Policy):
@@ -164,9 +77,11 @@ class OnlinePolicy(Policy):
             config = replace(config, **settings)
         self.config = config
         self.acceptance = AcceptanceStats(
-            max(1, config.max_gamma), memory_requests=config.acceptance_memory_requests
+            max(1, config.max_gamma),
+            memory_requests=config.acceptance_memory_requests,
+            stale_half_life_steps=config.acceptance_stale_half_life_steps,
         )
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[int, BucketState] = {}
         self._rng = random.Random(config.seed)
         self._steps = 0
 
@@ -210,7 +125,7 @@ class OnlinePolicy(Policy):
             "policy": self.name,
             "model_guided": self.config.model_guided,
             "steps": self._steps,
-            "buckets": {str(key): _bucket_summary(bucket) for key, bucket in sorted(self._buckets.items())},
+            "buckets": {str(key): bucket_summary(bucket) for key, bucket in sorted(self._buckets.items())},
             "acceptance": self.acceptance.summary(),
         }
 
@@ -218,11 +133,11 @@ class OnlinePolicy(Policy):
 
     def bucket_state(self, batch_size: int) -> dict[str, Any] | None:
         bucket = self._buckets.get(bucket_of(batch_size))
-        return None if bucket is None else _bucket_summary(bucket)
+        return None if bucket is None else bucket_summary(bucket)
 
     # -- buckets ---------------------------------------------------------------------------------
 
-    def _bucket_for(self, batch_size: int) -> _Bucket:
+    def _bucket_for(self, batch_size: int) -> BucketState:
         key = bucket_of(batch_size)
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -233,10 +148,10 @@ class OnlinePolicy(Policy):
                 start = self.config.start_gamma
             else:
                 start = self.config.max_gamma
-            bucket = self._buckets[key] = _Bucket(key, start, neighbour)
+            bucket = self._buckets[key] = BucketState(key, start, neighbour)
         return bucket
 
-    def _nearest_populated(self, key: int) -> _Bucket | None:
+    def _nearest_populated(self, key: int) -> BucketState | None:
         """The populated bucket closest in log2(batch); on a tie the larger (a draining batch)."""
         populated = [bucket for bucket in self._buckets.values() if bucket.samples]
         if not populated:
@@ -246,12 +161,12 @@ class OnlinePolicy(Policy):
 
     # -- deciding --------------------------------------------------------------------------------
 
-    def _capped(self, bucket: _Bucket, gamma: int, reason: str, cap: int) -> Decision:
+    def _capped(self, bucket: BucketState, gamma: int, reason: str, cap: int) -> Decision:
         if gamma > cap:
             return Decision(cap, "infeasible", bucket.key, bucket.rewards)
         return Decision(gamma, reason, bucket.key, bucket.rewards)
 
-    def _decide(self, bucket: _Bucket, cap: int) -> tuple[int, str]:
+    def _decide(self, bucket: BucketState, cap: int) -> tuple[int, str]:
         high = cap
         low = min(self.config.min_gamma, high)
         current = min(max(bucket.gamma, low), high)
@@ -260,13 +175,17 @@ class OnlinePolicy(Policy):
         if current not in measured:
             # Nothing to compare yet: measure the arm we are on first.
             first_reason = "prior" if bucket.neighbour is not None and not bucket.samples else "warmup"
-            return current, first_reason if bucket.warming_up else "hold"
-        if self.config.model_guided:
+            reason = first_reason if bucket.warming_up else "hold"
+            gamma = current
+        elif self.config.model_guided:
             target, reason = self._guided_target(bucket, measured, current, low, high)
+            gamma = self._step_toward(current, target)
         else:
             target, reason = self._plain_target(bucket, measured, current, low, high)
-        gamma = self._step_toward(current, target)
+            gamma = self._step_toward(current, target)
         bucket.visited.add(gamma)
+        if bucket.gamma > high and gamma == high:
+            reason = "infeasible"  # the cap, not the policy, set this K
         return gamma, reason
 
     def _step_toward(self, current: int, target: int) -> int:
@@ -274,44 +193,117 @@ class OnlinePolicy(Policy):
         return current + step
 
     def _guided_target(
-        self, bucket: _Bucket, measured: dict[int, ArmWindow], current: int, low: int, high: int
+        self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
     ) -> tuple[int, str]:
         expected = self.acceptance.expected_committed_curve()
         estimates = {gamma: expected[gamma] / arm.ms_per_request_step for gamma, arm in measured.items()}
-        best_measured = self._argmax(estimates, current)
-        predicted = self._predict_unmeasured(bucket, expected, low, high)
+        best_estimate = max(estimates.values())
+        margins = self._noise_margins(bucket)
+        predicted = self._predict_unmeasured(bucket, expected, margins, low, high)
         bucket.rewards = {**estimates, **{gamma: point for gamma, (point, _) in predicted.items()}}
         candidates = {
             gamma: optimistic
             for gamma, (_, optimistic) in predicted.items()
-            if optimistic > estimates[best_measured] * (1.0 + self.config.explore_margin)
+            if optimistic > best_estimate * (1.0 + self.config.explore_margin)
         }
         if candidates:
             bucket.exploring = True
             return self._argmax(candidates, current), "warmup" if bucket.warming_up else "explore"
+        # Every arm that could win has been measured: warm-up is over. What is left is firming up
+        # thin measurements of arms close to the best.
+        bucket.warming_up = False
+        contenders = self._unsure_contenders(measured, estimates, margins, best_estimate, current)
+        if contenders:
+            bucket.exploring = True
+            return self._argmax(contenders, current), "explore"
         return self._exploit(bucket, measured, estimates, current)
 
+    def _noise_margins(self, bucket: BucketState) -> dict[int, float]:
+        """Per measured arm: how far its cost may plausibly lie below its mean (a fraction)."""
+        weighted = weights = 0.0
+        for arm in bucket.arms.values():
+            variance = arm.relative_cost_variance()
+            if variance is not None:
+                weighted += variance * (arm.count - 1)
+                weights += arm.count - 1
+        # Until the bucket has seen some spread, assume 5% per step: real steps are rarely steadier.
+        relative_sd = math.sqrt(weighted / weights) if weights >= 4 else 0.05
+        return {
+            gamma: self.config.noise_z * relative_sd / math.sqrt(arm.count)
+            for gamma, arm in bucket.arms.items()
+            if arm.count
+        }
+
+    def _unsure_contenders(
+        self,
+        measured: dict[int, ArmWindow],
+        estimates: dict[int, float],
+        margins: dict[int, float],
+        best_estimate: float,
+        current: int,
+    ) -> dict[int, float]:
+        """Thinly sampled arms that, within their noise, come within the hysteresis of the best."""
+        enough = min(self.config.confident_samples, self.config.window)
+        floor = best_estimate / (1.0 + self.config.hysteresis)
+        return {
+            gamma: estimates[gamma]
+            for gamma, arm in measured.items()
+            if gamma != current and arm.count < enough and estimates[gamma] * (1.0 + margins[gamma]) >= floor
+        }
+
     def _predict_unmeasured(
-        self, bucket: _Bucket, expected: list[float], low: int, high: int
+        self, bucket: BucketState, expected: list[float], margins: dict[int, float], low: int, high: int
     ) -> dict[int, tuple[float, float]]:
         """Point and optimistic predicted goodput of every unmeasured arm in [low, high]."""
-        costs = sorted((gamma, arm.ms_per_request_step) for gamma, arm in bucket.arms.items() if arm.count)
+        costs = sorted(
+            (gamma, arm.ms_per_request_step, arm.ms_per_request_step / (1.0 + margins[gamma]))
+            for gamma, arm in bucket.arms.items()
+            if arm.count
+        )
+        neighbour_costs = self._neighbour_costs(bucket) if len(costs) == 1 else []
         predictions: dict[int, tuple[float, float]] = {}
         for gamma in range(low, high + 1):
             arm = bucket.arms.get(gamma)
             if arm is not None and arm.count:
                 continue
-            cost = predict_cost(
-                gamma,
-                costs,
-                prior_slope_fraction=self.config.prior_slope_fraction,
-                tolerance=self.config.prediction_tolerance,
-            )
+            cost = self._predict_cost(bucket, gamma, costs, neighbour_costs)
             predictions[gamma] = (expected[gamma] / cost.point_ms, expected[gamma] / cost.optimistic_ms)
         return predictions
 
+    def _predict_cost(
+        self,
+        bucket: BucketState,
+        gamma: int,
+        costs: list[tuple[int, float, float]],
+        neighbour_costs: list[tuple[int, float]],
+    ) -> CostPrediction:
+        if neighbour_costs:
+            # One arm of our own: the neighbour's curve is a better guess of the slope than none.
+            distance = abs(bucket.key.bit_length() - bucket.neighbour.key.bit_length())
+            return predict_from_neighbour(
+                gamma,
+                costs[0],
+                neighbour_costs,
+                slope_factor=2.0 ** max(1, distance),
+                tolerance=self.config.prediction_tolerance,
+            )
+        return predict_cost(
+            gamma,
+            costs,
+            prior_slope_fraction=self.config.prior_slope_fraction,
+            tolerance=self.config.prediction_tolerance,
+        )
+
+    @staticmethod
+    def _neighbour_costs(bucket: BucketState) -> list[tuple[int, float]]:
+        """The neighbour bucket's measured costs, when it has enough (two arms) to give a slope."""
+        if bucket.neighbour is None:
+            return []
+        costs = sorted((gamma, arm.ms_per_request_step) for gamma, arm in bucket.neighbour.arms.items() if arm.count)
+        return costs if len(costs) >= 2 else []
+
     def _plain_target(
-        self, bucket: _Bucket, measured: dict[int, ArmWindow], current: int, low: int, high: int
+        self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
     ) -> tuple[int, str]:
         estimates = {gamma: arm.goodput_tokens_per_ms for gamma, arm in measured.items()}
         priors = self._neighbour_priors(bucket, estimates, low, high)
@@ -325,7 +317,7 @@ class OnlinePolicy(Policy):
 
     def _plain_warmup_target(
         self,
-        bucket: _Bucket,
+        bucket: BucketState,
         estimates: dict[int, float],
         priors: dict[int, float],
         current: int,
@@ -346,7 +338,7 @@ class OnlinePolicy(Policy):
         return min(frontier, key=lambda gamma: (abs(gamma - current), gamma)) if frontier else None
 
     def _neighbour_priors(
-        self, bucket: _Bucket, estimates: dict[int, float], low: int, high: int
+        self, bucket: BucketState, estimates: dict[int, float], low: int, high: int
     ) -> dict[int, float]:
         """The neighbour's measured rewards, rescaled by the arms both buckets measured."""
         neighbour = bucket.neighbour
@@ -364,7 +356,7 @@ class OnlinePolicy(Policy):
         }
 
     def _exploit(
-        self, bucket: _Bucket, measured: dict[int, ArmWindow], estimates: dict[int, float], current: int
+        self, bucket: BucketState, measured: dict[int, ArmWindow], estimates: dict[int, float], current: int
     ) -> tuple[int, str]:
         if bucket.warming_up or bucket.exploring:
             # Moves made for information are undone without hysteresis: go to the best measured.
@@ -375,19 +367,25 @@ class OnlinePolicy(Policy):
         scores = self._ucb_scores(bucket, measured, estimates)
         best = self._argmax(scores, current)
         if best == current:
-            bucket.target = None
+            bucket.target = bucket.challenger = None
             return current, "hold"
         # The hysteresis gates the start of a switch; once a clamped move is under way it goes on
         # while its target stays the best, or it would stop on an intermediate arm just inside the
         # hysteresis band.
         if best == bucket.target or scores[best] > scores[current] * (1.0 + self.config.hysteresis):
-            bucket.target = best
+            bucket.target, bucket.challenger = best, None
             return best, "exploit"
         bucket.target = None
+        if best != bucket.challenger:
+            bucket.challenger, bucket.challenger_streak = best, 0
+        bucket.challenger_streak += 1
+        if self.config.patience_decisions and bucket.challenger_streak >= self.config.patience_decisions:
+            bucket.target, bucket.challenger = best, None
+            return best, "exploit"
         return current, "hold"
 
     def _ucb_scores(
-        self, bucket: _Bucket, measured: dict[int, ArmWindow], estimates: dict[int, float]
+        self, bucket: BucketState, measured: dict[int, ArmWindow], estimates: dict[int, float]
     ) -> dict[int, float]:
         reward_scale = max(estimates.values())
         log_term = 2.0 * math.log(bucket.samples + 1)
@@ -405,24 +403,3 @@ class OnlinePolicy(Policy):
         nearest = min(abs(gamma - current) for gamma in tied)
         tied = sorted(gamma for gamma in tied if abs(gamma - current) == nearest)
         return tied[0] if len(tied) == 1 else self._rng.choice(tied)
-
-
-def _bucket_summary(bucket: _Bucket) -> dict[str, Any]:
-    return {
-        "gamma": bucket.gamma,
-        "warming_up": bucket.warming_up,
-        "decisions": bucket.decisions,
-        "warmup_decisions": bucket.warmup_decisions,
-        "switches": bucket.switches,
-        "stable_steps": bucket.samples,
-        "inherited_from": None if bucket.neighbour is None else bucket.neighbour.key,
-        "arms_visited": sorted(bucket.visited),
-        "arms": {
-            str(gamma): {
-                "samples": arm.count,
-                "goodput_tokens_per_ms": round(arm.goodput_tokens_per_ms, 6),
-                "ms_per_step": round(arm.interval_ms / arm.count, 4) if arm.count else 0.0,
-            }
-            for gamma, arm in sorted(bucket.arms.items())
-        },
-    }

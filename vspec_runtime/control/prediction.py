@@ -30,19 +30,66 @@ class CostPrediction:
 
 def predict_cost(
     gamma: int,
-    measured: list[tuple[int, float]],
+    measured: list[tuple[int, float, float]],
     *,
     prior_slope_fraction: float,
     tolerance: float,
 ) -> CostPrediction:
-    """Cost of arm ``gamma`` from ``measured`` = [(K, ms per request-step), ...] sorted by K (non-empty)."""
+    """Cost of arm ``gamma`` from ``measured`` = [(K, ms per request-step, lowest plausible ms), ...].
+
+    ``measured`` is sorted by K and not empty; the third field is the arm's cost less its noise
+    margin, so that one unlucky sample cannot make every arm beyond it look hopeless.
+    """
+    points = [(gamma_, cost) for gamma_, cost, _ in measured]
     if len(measured) == 1:
-        return _from_one_arm(gamma, *measured[0], prior_slope_fraction)
-    (near_gamma, near_cost), (far_gamma, far_cost) = _secant_pair(gamma, measured)
+        arm_gamma, arm_cost, arm_lowest = measured[0]
+        point = _from_one_arm(gamma, arm_gamma, arm_cost, prior_slope_fraction).point_ms
+        return CostPrediction(point, _from_one_arm(gamma, arm_gamma, arm_lowest, prior_slope_fraction).optimistic_ms)
+    (near_gamma, near_cost), (far_gamma, far_cost) = _secant_pair(gamma, points)
     point = max(near_cost + _slope((near_gamma, near_cost), (far_gamma, far_cost)) * (gamma - near_gamma),
                 _FLOOR_FRACTION * near_cost)
-    lowest = max(_convex_lower_bound(gamma, measured), _FLOOR_FRACTION * near_cost)
+    lowest_points = [(gamma_, lowest) for gamma_, _, lowest in measured]
+    lowest = max(_convex_lower_bound(gamma, lowest_points), _FLOOR_FRACTION * near_cost)
     return CostPrediction(point, min(point, lowest) / (1.0 + tolerance))
+
+
+def predict_from_neighbour(
+    gamma: int,
+    arm: tuple[int, float, float],
+    neighbour: list[tuple[int, float]],
+    *,
+    slope_factor: float,
+    tolerance: float,
+) -> CostPrediction:
+    """Cost of arm ``gamma`` in a bucket that measured one arm, from a neighbour bucket's cost curve.
+
+    ``arm`` is (K, ms per request-step, lowest plausible ms) of the one measured arm; ``neighbour``
+    is the neighbour bucket's [(K, ms per request-step), ...] (two or more, sorted). The neighbour's
+    curve, scaled to agree at ``arm``, is the point prediction. Its slope is trusted to within a
+    factor ``slope_factor`` (2 per power of two between the buckets: per request, the per-forward
+    part of a draft's cost scales with 1/B), which bounds the optimistic prediction.
+    """
+    arm_gamma, arm_cost, arm_lowest = arm
+    theirs_at_arm = _curve_at(arm_gamma, neighbour)
+    scale = arm_cost / theirs_at_arm if theirs_at_arm > 0 else 1.0
+    floor = _FLOOR_FRACTION * arm_cost
+    rise = (_curve_at(gamma, neighbour) - theirs_at_arm) * scale
+    point = max(arm_cost + rise, floor)
+    if gamma > arm_gamma:
+        lowest = arm_lowest + max(0.0, rise) / slope_factor
+    else:
+        lowest = arm_lowest + min(0.0, rise) * slope_factor
+    return CostPrediction(point, min(point, max(lowest, floor)) / (1.0 + tolerance))
+
+
+def _curve_at(gamma: int, points: list[tuple[int, float]]) -> float:
+    """The measured cost at ``gamma``, or the secant through the nearest measured arms."""
+    for point_gamma, cost in points:
+        if point_gamma == gamma:
+            return cost
+    (near_gamma, near_cost), (far_gamma, far_cost) = _secant_pair(gamma, points)
+    return max(near_cost + _slope((near_gamma, near_cost), (far_gamma, far_cost)) * (gamma - near_gamma),
+               _FLOOR_FRACTION * near_cost)
 
 
 def _slope(first: tuple[int, float], second: tuple[int, float]) -> float:

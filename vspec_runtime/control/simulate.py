@@ -25,7 +25,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from vspec_runtime.control.base import Policy, StepFeedback, Decision
+from vspec_runtime.control.base import Decision, Policy, StepFeedback
 
 
 @dataclass(frozen=True)
@@ -303,12 +303,16 @@ def batch_dependent(steps: int = 2000, phase_steps: int = 250) -> Scenario:
 
 
 def phase_change(steps: int = 2000, high_first: bool = True) -> Scenario:
-    """(d) Acceptance drops from 0.9 (best K = 6) to 0.3 (best K = 1) half-way, or rises if not high_first."""
-    rates = (0.9, 0.3) if high_first else (0.3, 0.9)
+    """(d) Acceptance drops from 0.9 (best K = 6) to 0.25 (best K = 1) half-way; or rises if not high_first.
+
+    Drafting costs 10% of a step per draft token, so both phases have a clear best (the runner-up is
+    4% behind): the test measures re-adaptation, not a coin flip between two tied arms.
+    """
+    rates = (0.9, 0.25) if high_first else (0.25, 0.9)
     return Scenario(
         "phase-change" if high_first else "phase-change-rising",
         AcceptanceProcess.phased((0, rates[0]), (steps // 2, rates[1])),
-        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=1.5),
+        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=2.0),
         steps=steps,
     )
 
@@ -322,7 +326,12 @@ SCENARIOS = {
 
 
 def goodput_ratio(policy: Policy, scenario: Scenario, *, seed: int = 0) -> tuple[float, SimulationResult]:
-    """Policy goodput / oracle goodput on the same draws."""
+    """Policy goodput / oracle goodput (total tokens / total time) over the same steps and draws.
+
+    Over a fixed number of steps, phases of different goodput are weighted by the time spent in
+    them, so a K that is 1% worse per step in a slow phase can cost 2% here; the scenarios keep a
+    clear best K per phase so that this measures the policy, not the weighting.
+    """
     result = run(policy, None, scenario, seed=seed)
     oracle = run_oracle(scenario, seed=seed)
     return result.goodput_tokens_per_ms / oracle.goodput_tokens_per_ms, result

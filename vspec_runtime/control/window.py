@@ -20,7 +20,17 @@ def bucket_of(batch_size: int) -> int:
 class ArmWindow:
     """The last ``size`` stable steps run with one K in one bucket."""
 
-    __slots__ = ("size", "_samples", "requests", "interval_ms", "tokens", "last_step", "total_samples")
+    __slots__ = (
+        "size",
+        "_samples",
+        "requests",
+        "interval_ms",
+        "tokens",
+        "cost_sum",
+        "cost_squares",
+        "last_step",
+        "total_samples",
+    )
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -30,6 +40,9 @@ class ArmWindow:
         self.requests = 0  # sum of batch sizes in the window
         self.interval_ms = 0.0
         self.tokens = 0  # committed tokens in the window
+        # Sum and sum of squares of the per-sample cost (ms per request), for the noise estimate.
+        self.cost_sum = 0.0
+        self.cost_squares = 0.0
         self.last_step = -1  # policy step of the newest sample
         self.total_samples = 0  # ever, for the UCB count of the bucket
 
@@ -38,11 +51,17 @@ class ArmWindow:
         self.requests += requests
         self.interval_ms += interval_ms
         self.tokens += tokens
+        cost = interval_ms / requests
+        self.cost_sum += cost
+        self.cost_squares += cost * cost
         if len(self._samples) > self.size:
             old_requests, old_interval_ms, old_tokens = self._samples.popleft()
             self.requests -= old_requests
             self.interval_ms -= old_interval_ms
             self.tokens -= old_tokens
+            old_cost = old_interval_ms / old_requests
+            self.cost_sum -= old_cost
+            self.cost_squares -= old_cost * old_cost
         self.last_step = step
         self.total_samples += 1
 
@@ -59,6 +78,17 @@ class ArmWindow:
     def ms_per_request_step(self) -> float:
         """Milliseconds per request per step: the arm's cost, comparable across batch sizes in a bucket."""
         return self.interval_ms / self.requests if self.requests else 0.0
+
+    def relative_cost_variance(self) -> float | None:
+        """Variance of the per-sample cost over its mean squared (None below two samples)."""
+        count = len(self._samples)
+        if count < 2:
+            return None
+        mean = self.cost_sum / count
+        if mean <= 0.0:
+            return None
+        variance = max(0.0, self.cost_squares / count - mean * mean) * count / (count - 1)
+        return variance / (mean * mean)
 
     @property
     def mean_batch(self) -> float:

@@ -1,0 +1,1 @@
+complete --command vspec --no-files --arguments "(env _VSPEC_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) vspec)" --condition "env _VSPEC_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) vspec"

@@ -1,0 +1,314 @@
+"""OnlinePolicy against the seeded simulator: the issue's acceptance criteria and the guard rails.
+
+Every run is seeded and uses common random numbers (simulate.py), so the numbers below are exact
+for this code; the bounds leave room for honest tuning, not for luck.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vspec_runtime.control.base import StepFeedback
+from vspec_runtime.control.online import OnlineConfig, OnlinePolicy
+from vspec_runtime.control.simulate import (
+    AcceptanceProcess,
+    LatencyModel,
+    Scenario,
+    batch_dependent,
+    goodput_curve,
+    goodput_ratio,
+    high_acceptance,
+    phase_change,
+    run,
+    steps_to_readapt,
+    useless_drafter,
+)
+
+CRITERIA_SCENARIOS = {
+    "a-high-acceptance": high_acceptance,
+    "b-useless-drafter": useless_drafter,
+    "c-batch-dependent": batch_dependent,
+    "d-phase-change": phase_change,
+    "d-phase-change-rising": lambda: phase_change(high_first=False),
+}
+
+
+def policy(**settings) -> OnlinePolicy:
+    return OnlinePolicy(max_gamma=settings.pop("max_gamma", 6), **settings)
+
+
+def feedback(batch: int, gamma: int, accepted: int, interval_ms: float = 20.0, stable: bool = True) -> StepFeedback:
+    return StepFeedback(
+        batch_size=batch,
+        gamma=gamma,
+        drafted=(gamma,) * batch,
+        accepted=(min(accepted, gamma),) * batch,
+        interval_ms=interval_ms,
+        stable=stable,
+    )
+
+
+# -- the acceptance criteria: >= 98% of the oracle over 2,000 steps ---------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", sorted(CRITERIA_SCENARIOS))
+def test_goodput_is_within_two_percent_of_the_best_k(name, seed):
+    scenario = CRITERIA_SCENARIOS[name]()
+    ratio, result = goodput_ratio(policy(seed=seed), scenario, seed=seed)
+    print(f"{name} seed={seed}: {ratio:.4f} of the oracle, {result.switches} switches")
+    assert ratio >= 0.98
+
+
+@pytest.mark.parametrize("high_first", [True, False])
+def test_readapts_after_a_phase_change(high_first):
+    scenario = phase_change(high_first=high_first)
+    for seed in range(3):
+        _, result = goodput_ratio(policy(seed=seed), scenario, seed=seed)
+        steps = steps_to_readapt(result, scenario, change_step=scenario.steps // 2)
+        print(f"phase change (high_first={high_first}) seed={seed}: re-adapted in {steps} steps")
+        assert steps is not None and steps <= 120
+
+
+def test_batch_dependent_runs_each_buckets_own_best():
+    scenario = batch_dependent()
+    online = policy()
+    result = run(online, None, scenario)
+    # The last phase is batch 8 (best K = 1), the one before batch 1 (best K = 6).
+    assert result.gammas[-1] == 1
+    assert result.gammas[scenario.steps - 251] == 6
+    assert online.bucket_state(1)["gamma"] == 6
+    assert online.bucket_state(8)["gamma"] == 1
+
+
+# -- exploration cost: model guidance visits fewer arms ---------------------------------------------
+
+
+@pytest.mark.parametrize("scenario_factory", [high_acceptance, useless_drafter])
+def test_model_guidance_explores_fewer_arms_than_plain_warmup(scenario_factory):
+    scenario = scenario_factory()
+    guided = run(policy(model_guided=True), 200, scenario)
+    plain = run(policy(model_guided=False), 200, scenario)
+    assert guided.arms_visited() < set(range(7)) == plain.arms_visited()
+    assert len(guided.arms_visited()) <= 5
+    assert guided.goodput_tokens_per_ms > plain.goodput_tokens_per_ms
+
+
+def test_high_acceptance_never_tries_short_drafts():
+    result = run(policy(), None, high_acceptance())
+    assert min(result.gammas) >= 4  # 0..3 are ruled out by prediction, never run
+
+
+def test_useless_drafter_settles_at_zero():
+    result = run(policy(), None, useless_drafter())
+    assert result.gammas[-1] == 0
+    assert result.gammas[100:].count(0) / len(result.gammas[100:]) > 0.9
+
+
+# -- golden values ------------------------------------------------------------------------------------
+
+
+def decisions(result, limit: int) -> list[tuple[int, int, str]]:
+    return [(step, gamma, reason) for step, (gamma, reason) in enumerate(zip(result.gammas, result.reasons))
+            if reason != "hold"][:limit]
+
+
+def test_golden_decisions_high_acceptance():
+    result = run(policy(seed=0), 60, high_acceptance(), seed=0)
+    assert decisions(result, 4) == [(0, 6, "warmup"), (4, 4, "warmup"), (8, 5, "warmup"), (12, 6, "explore")]
+    assert result.gammas[-1] == 6
+
+
+def test_golden_decisions_useless_drafter():
+    result = run(policy(seed=0), 60, useless_drafter(), seed=0)
+    assert decisions(result, 7) == [
+        (0, 6, "warmup"),
+        (4, 4, "warmup"),
+        (8, 2, "warmup"),
+        (12, 0, "warmup"),
+        (16, 1, "warmup"),
+        (20, 0, "explore"),
+        (24, 0, "exploit"),
+    ]
+
+
+def test_same_seed_same_choices():
+    first = run(policy(seed=7), 500, batch_dependent(), seed=7)
+    second = run(policy(seed=7), 500, batch_dependent(), seed=7)
+    assert first.gammas == second.gammas and first.reasons == second.reasons
+
+
+# -- guard rails --------------------------------------------------------------------------------------
+
+
+def near_tie() -> Scenario:
+    """K = 5 and K = 6 within 0.1% of each other; everything else clearly worse."""
+    return Scenario("near-tie", AcceptanceProcess.constant(0.9), LatencyModel(draft_ms_per_forward=5.07))
+
+
+def test_near_tie_is_really_a_tie():
+    scenario = near_tie()
+    curve = goodput_curve(scenario.acceptance.probabilities(0), scenario.latency, 4, range(7))
+    assert abs(curve[5] / curve[6] - 1.0) < 0.002
+    assert max(curve[k] for k in range(5)) < 0.99 * curve[6]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hysteresis_does_not_flap_between_near_equal_arms(seed):
+    result = run(policy(seed=seed), None, near_tie(), seed=seed)
+    settled = result.gammas[200:]
+    changes = sum(1 for before, after in zip(settled, settled[1:]) if before != after)
+    assert changes <= 6
+    assert set(settled) <= {4, 5, 6}
+
+
+def test_no_hysteresis_no_patience_flaps_more():
+    steady = run(policy(seed=0), None, near_tie(), seed=0)
+    twitchy = run(policy(seed=0, hysteresis=0.0, patience_decisions=1), None, near_tie(), seed=0)
+    assert twitchy.switches > steady.switches
+
+
+@pytest.mark.parametrize("interval", [1, 3, 8])
+def test_decisions_only_every_control_interval(interval):
+    result = run(policy(control_interval=interval), 400, useless_drafter())
+    decision_steps = [step for step, reason in enumerate(result.reasons) if reason != "hold"]
+    assert decision_steps and all(step % interval == 0 for step in decision_steps)
+    changes = [step for step in range(1, 400) if result.gammas[step] != result.gammas[step - 1]]
+    assert all(step % interval == 0 for step in changes)
+
+
+@pytest.mark.parametrize("max_step", [1, 2, 3])
+def test_moves_are_clamped_to_max_gamma_step(max_step):
+    result = run(policy(max_gamma_step=max_step), 600, useless_drafter())  # wants 6 -> 0
+    moves = [abs(after - before) for before, after in zip(result.gammas, result.gammas[1:])]
+    assert max(moves) == max_step
+    assert result.gammas[-1] == 0
+
+
+def test_infeasible_cap_overrides_the_choice():
+    online = policy()
+    decision = online.choose(batch_size=4, max_feasible_gamma=2)
+    assert (decision.gamma, decision.reason) == (2, "infeasible")  # wanted its start, max_gamma = 6
+    for _ in range(3):
+        assert online.choose(4, 2).gamma <= 2
+        online.observe(feedback(4, 2, accepted=2))
+    assert online.choose(4, 6).gamma <= 6
+
+
+def test_infeasible_cap_limits_exploration():
+    scenario = Scenario("capped", AcceptanceProcess.constant(0.9), LatencyModel(), max_num_batched_tokens=16)
+    result = run(policy(), 300, scenario)  # 16 // 4 - 1 = 3
+    assert max(result.gammas) <= 3
+    assert result.gammas[-1] == 3
+
+
+def test_min_gamma_is_respected():
+    result = run(policy(min_gamma=2), None, useless_drafter())
+    assert min(result.gammas) == 2
+    assert result.gammas[-1] == 2
+
+
+def test_unstable_steps_do_not_count_toward_rewards():
+    online = policy()
+    online.choose(4, 6)
+    online.observe(feedback(4, 6, accepted=6, stable=False))
+    assert online.bucket_state(4)["stable_steps"] == 0
+    assert online.acceptance.evidence(1) > 0  # but acceptance still learns from them
+    online.observe(feedback(4, 6, accepted=6, interval_ms=float("nan")))
+    assert online.bucket_state(4)["stable_steps"] == 0
+
+
+def test_k0_feedback_is_an_arm_like_any_other():
+    online = policy(control_interval=1)
+    online.choose(2, 6)
+    online.observe(feedback(2, 0, accepted=0, interval_ms=10.0))
+    arms = online.bucket_state(2)["arms"]
+    assert arms["0"]["samples"] == 1
+    assert arms["0"]["goodput_tokens_per_ms"] == pytest.approx(0.2)  # batch / interval
+
+
+# -- buckets and prior transfer ---------------------------------------------------------------------
+
+
+def drain() -> Scenario:
+    """A draining batch: 8 requests, then 4 (same acceptance, verification compute-bound above 16 tokens)."""
+    return Scenario(
+        "drain",
+        AcceptanceProcess.constant(0.8),
+        LatencyModel(verify_ms_per_token=0.05, knee_tokens=16, draft_ms_per_forward=0.3),
+        batches=((0, 8), (500, 4)),
+        steps=1000,
+    )
+
+
+@pytest.mark.parametrize("guided", [True, False])
+def test_new_bucket_inherits_instead_of_restarting_warmup(guided):
+    scenario = drain()
+    online = policy(model_guided=guided)
+    result = run(online, None, scenario)
+    first, second = online.bucket_state(8), online.bucket_state(4)
+    assert second["inherited_from"] == 8
+    assert (result.gammas[500], result.reasons[500]) == (first["gamma"], "prior")
+    fresh = policy(model_guided=guided)
+    run(fresh, 500, Scenario("fresh-4", scenario.acceptance, scenario.latency, batches=((0, 4),)))
+    assert second["warmup_decisions"] < fresh.bucket_state(4)["warmup_decisions"]
+    assert len(second["arms_visited"]) <= len(fresh.bucket_state(4)["arms_visited"])
+
+
+def test_nearest_populated_bucket_is_the_prior():
+    online = policy(control_interval=1)
+    for batch, gamma in ((1, 6), (32, 2)):
+        online.choose(batch, 6)
+        online.observe(feedback(batch, gamma, accepted=1))
+    assert online.choose(16, 6).bucket == 16
+    assert online.bucket_state(16)["inherited_from"] == 32  # 16 is one power of two from 32, four from 1
+
+
+def test_bucket_count_and_window_are_bounded():
+    online = policy(window=8, control_interval=1)
+    for step in range(3000):
+        batch = 1 + step % 64
+        decision = online.choose(batch, 6)
+        online.observe(feedback(batch, decision.gamma, accepted=step % 3))
+    summary = online.summary()
+    assert sorted(int(key) for key in summary["buckets"]) == [1, 2, 4, 8, 16, 32, 64]
+    for bucket in summary["buckets"].values():
+        assert all(arm["samples"] <= 8 for arm in bucket["arms"].values())
+
+
+# -- configuration and summary ----------------------------------------------------------------------
+
+
+def test_summary_is_json():
+    online = policy()
+    run(online, 300, batch_dependent())
+    text = json.dumps(online.summary(), allow_nan=False)
+    assert '"policy": "online"' in text
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"max_gamma": -1}, {"min_gamma": 7}, {"max_gamma_step": 0}, {"control_interval": 0}, {"window": 0},
+     {"hysteresis": -0.1}, {"exploration": float("inf")}, {"start_gamma": 9}, {"patience_decisions": -1}],
+)
+def test_config_rejects_bad_settings(settings):
+    with pytest.raises(ValueError, match="online policy"):
+        OnlineConfig(**{"max_gamma": 6, **settings})
+
+
+def test_config_from_settings():
+    from vspec_runtime.spec import AdaptiveSettings
+
+    adaptive = AdaptiveSettings(min_gamma=1, max_gamma_step=3, control_interval=2, hysteresis=0.1,
+                                online_window=16, online_exploration=0.5, model_guided=False, seed=4)
+    config = OnlineConfig.from_settings(adaptive, max_gamma=5)
+    assert (config.max_gamma, config.min_gamma, config.max_gamma_step, config.control_interval) == (5, 1, 3, 2)
+    assert (config.hysteresis, config.window, config.exploration, config.model_guided, config.seed) == (
+        0.1, 16, 0.5, False, 4)
+
+
+def test_zero_max_gamma_always_runs_zero():
+    result = run(policy(max_gamma=0), 50, high_acceptance())
+    assert set(result.gammas) == {0}

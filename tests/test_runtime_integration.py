@@ -1,0 +1,106 @@
+"""Real vLLM (CPU, fp32) with tiny models built in the test: the controller changes K and nothing else.
+
+Greedy outputs must be token-identical between target-only, a fixed K and the adaptive controller,
+for ngram, draft_model and eagle drafting. Each case is one fresh engine in its own process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_offline
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = [
+    "one two three one two three one two three one two",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):",
+    "Paris is the capital of France. Berlin is the capital of",
+]
+MAX_TOKENS = 48
+
+
+def spec(method: str, target: str, drafter: str | None = None, adaptive: dict | None = None,
+         gamma: int = 4) -> dict:
+    return {
+        "method": method,
+        "target_model": target,
+        "drafter": drafter,
+        "gamma": gamma,
+        "adaptive": adaptive or {"enabled": False},
+        "serving": {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3,
+                    "max_num_seqs": 8, "device": "cpu"},
+    }
+
+
+def generate(tmp_path, engine_spec: dict, target: str, drafter: str | None = None, env_note: str = "") -> dict:
+    request = {
+        "spec": engine_spec,
+        "target_path": target,
+        "drafter_path": drafter,
+        "chat": False,
+        "engine_overrides": {"enforce_eager": True},  # skip torch.compile: starts in seconds, same outputs
+        "phases": [
+            {"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True},
+            {"name": "single", "prompts": PROMPTS[:1], "max_tokens": MAX_TOKENS, "ignore_eos": True},
+        ],
+    }
+    return run_offline(request, tmp_path)
+
+
+def token_ids(result: dict) -> list[list[int]]:
+    return [out["token_ids"] for phase in result["phases"] for out in phase["outputs"]]
+
+
+ADAPTIVE = {"enabled": True, "policy": "online", "control_interval": 1, "min_gamma": 0}
+
+
+@pytest.fixture(scope="module")
+def target_only(tiny_models, tmp_path_factory):
+    target = str(tiny_models["llama"])
+    return generate(tmp_path_factory.mktemp("target-only"), spec("none", target), target)
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+@pytest.mark.parametrize("mode", ["fixed", "adaptive"])
+def test_greedy_output_identical_to_target_only(tiny_models, target_only, tmp_path, method, mode):
+    target = str(tiny_models["llama"])
+    # A draft model that is the target itself accepts everything; a random EAGLE head almost nothing.
+    drafter = {"ngram": None, "draft": target, "eagle": str(tiny_models["llama-eagle"])}[method]
+    adaptive = dict(ADAPTIVE, trace=str(tmp_path / "trace.jsonl")) if mode == "adaptive" else None
+    result = generate(tmp_path, spec(method, target, drafter, adaptive), target, drafter)
+
+    assert token_ids(result) == token_ids(target_only)
+    assert all(len(ids) == MAX_TOKENS for ids in token_ids(result))
+    counters = result["counters"]
+    assert counters["vllm:spec_decode_num_drafts"] > 0, "nothing was drafted"
+    if mode == "adaptive":
+        chosen = {line["gamma"] for line in result["trace"]}
+        assert len(chosen) > 1, f"the controller never changed K: {chosen}"
+        assert result["controller"]["steps"] > 0
+        assert sum(result["controller"]["selections"].values()) == result["controller"]["steps"]
+
+
+def test_copy_drafter_is_accepted_and_controller_settles_high(tiny_models, tmp_path):
+    """Drafts from a copy of the target are always right: the controller should end at the top K."""
+    target = str(tiny_models["llama"])
+    adaptive = dict(ADAPTIVE, trace=str(tmp_path / "trace.jsonl"))
+    result = generate(tmp_path, spec("draft", target, target, adaptive), target, target)
+    counters = result["counters"]
+    assert counters["vllm:spec_decode_num_accepted_tokens"] == counters["vllm:spec_decode_num_draft_tokens"]
+    selections = {int(k): v for k, v in result["controller"]["selections"].items()}
+    assert max(selections, key=selections.get) >= 3, selections
+
+
+def test_policy_fault_freezes_k_and_keeps_serving(tiny_models, tmp_path, monkeypatch):
+    target = str(tiny_models["llama"])
+    monkeypatch.setenv("VSPEC_FAULT_AFTER_STEPS", "5")
+    result = generate(tmp_path, spec("ngram", target, None, dict(ADAPTIVE, trace=str(tmp_path / "t.jsonl"))), target)
+    assert all(len(ids) == MAX_TOKENS for ids in token_ids(result)), "the engine stopped answering"
+    assert result["controller"]["faulted"] is True
+    fault_lines = [line for line in result["stderr"].splitlines() if "vspec policy" in line and "failed in" in line]
+    assert len(fault_lines) == 1, fault_lines
+    assert "injected policy fault" in result["stderr"]  # the traceback is logged with it
+    frozen = {line["gamma"] for line in result["trace"] if line["step"] > 6}
+    assert len(frozen) <= 1, f"K kept moving after the fault: {frozen}"

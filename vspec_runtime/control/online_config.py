@@ -1,0 +1,93 @@
+"""OnlineConfig: the settings of one OnlinePolicy, validated once and never mutated."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vspec_runtime.spec import AdaptiveSettings
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Settings of one OnlinePolicy; validated on construction, never mutated."""
+
+    max_gamma: int
+    min_gamma: int = 0
+    max_gamma_step: int = 2
+    control_interval: int = 4
+    hysteresis: float = 0.05
+    window: int = 32
+    exploration: float = 0.01  # UCB c
+    model_guided: bool = True
+    seed: int = 0  # breaks exact ties between candidate arms
+    start_gamma: int | None = None  # K of the very first bucket; default max_gamma (vLLM's own choice)
+    # Model guidance: an unmeasured arm is explored when its optimistic prediction beats the best
+    # measured arm by explore_margin; secant predictions are trusted to within prediction_tolerance.
+    prediction_tolerance: float = 0.05
+    explore_margin: float = 0.01
+    prior_slope_fraction: float = 0.05  # cost per draft token / step cost, with one arm measured
+    # A measured arm with fewer samples than this whose estimate is within the hysteresis of the
+    # best is visited again: four noisy steps must not decide between two arms 2% apart for good.
+    confident_samples: int = 16
+    noise_z: float = 2.0  # width, in standard errors, of an arm's plausible cost range
+    # An arm preferred over the current one at this many decisions in a row wins even within the
+    # hysteresis (0: never). Noise alternates its preference, a real gap does not, so this keeps
+    # the anti-flapping and removes the trap of sitting up to `hysteresis` below the best forever.
+    patience_decisions: int = 8
+    acceptance_memory_requests: float = 32.0  # horizon of the acceptance model, in drafting requests
+    acceptance_stale_half_life_steps: float = 64.0  # how fast undrafted positions fall back to the prior
+
+    def __post_init__(self) -> None:
+        for problem in _config_problems(self):
+            raise ValueError(f"online policy: {problem}")
+
+    @classmethod
+    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int) -> OnlineConfig:
+        return cls(
+            max_gamma=max_gamma,
+            min_gamma=min(adaptive.min_gamma, max_gamma),
+            max_gamma_step=adaptive.max_gamma_step,
+            control_interval=adaptive.control_interval,
+            hysteresis=adaptive.hysteresis,
+            window=adaptive.online_window,
+            exploration=adaptive.online_exploration,
+            model_guided=adaptive.model_guided,
+            seed=adaptive.seed,
+        )
+
+
+def _config_problems(config: OnlineConfig):
+    if not 0 <= config.max_gamma <= 64:
+        yield f"max_gamma must be in [0, 64], got {config.max_gamma}"
+    if not 0 <= config.min_gamma <= config.max_gamma:
+        yield f"min_gamma must be in [0, max_gamma={config.max_gamma}], got {config.min_gamma}"
+    if config.max_gamma_step < 1:
+        yield f"max_gamma_step must be >= 1, got {config.max_gamma_step}"
+    if config.control_interval < 1:
+        yield f"control_interval must be >= 1, got {config.control_interval}"
+    if config.confident_samples < 1:
+        yield f"confident_samples must be >= 1, got {config.confident_samples}"
+    if config.patience_decisions < 0:
+        yield f"patience_decisions must be >= 0, got {config.patience_decisions}"
+    if config.window < 1:
+        yield f"window must be >= 1, got {config.window}"
+    for name in (
+        "hysteresis",
+        "exploration",
+        "prediction_tolerance",
+        "explore_margin",
+        "prior_slope_fraction",
+        "noise_z",
+    ):
+        value = getattr(config, name)
+        if not (math.isfinite(value) and value >= 0.0):
+            yield f"{name} must be a finite number >= 0, got {value}"
+    if not config.acceptance_stale_half_life_steps > 0.0:
+        yield f"acceptance_stale_half_life_steps must be > 0, got {config.acceptance_stale_half_life_steps}"
+    if not config.acceptance_memory_requests >= 1.0:
+        yield f"acceptance_memory_requests must be >= 1, got {config.acceptance_memory_requests}"
+    if config.start_gamma is not None and not config.min_gamma <= config.start_gamma <= config.max_gamma:
+        yield f"start_gamma must be in [min_gamma, max_gamma], got {config.start_gamma}"

@@ -93,6 +93,9 @@ class AdaptiveController:
         self.switches = 0
         self.selections: Counter[int] = Counter()
         self._trace: Optional[IO[str]] = self._open_trace(spec.adaptive.trace)
+        self._samples: Optional[IO[str]] = self._open_trace(spec.adaptive.samples)
+        # Context lengths cost a pass over the batch: only gathered when a consumer needs them.
+        self.wants_context = spec.adaptive.samples is not None or spec.adaptive.policy == "profile"
         self._last_snapshot = 0.0
 
     # --- construction -------------------------------------------------------------------------
@@ -157,6 +160,8 @@ class AdaptiveController:
             batched_tokens=step.batched_tokens,
         )
         self._drafted_with = self.current_gamma
+        if self._samples is not None and step.batch_size > 0:
+            self._write_sample(feedback)
         if step.batch_size > 0:
             self.policy.observe(feedback)
             if stable:
@@ -191,6 +196,23 @@ class AdaptiveController:
         }
         self._trace.write(json.dumps(line) + "\n")
 
+    def _write_sample(self, feedback: StepFeedback) -> None:
+        """One profiling sample per verified step (vspec profile collect reads these)."""
+        line = {
+            "batch_size": feedback.batch_size,
+            "gamma": feedback.gamma,
+            "stable": feedback.stable,
+            "interval_ms": round(feedback.interval_ms, 4),
+            "drafted": sum(feedback.drafted),
+            "accepted": sum(feedback.accepted),
+            "accepted_per_request": list(feedback.accepted),
+            "drafted_per_request": list(feedback.drafted),
+            "committed": feedback.committed_tokens,
+            "context_tokens": feedback.context_tokens,
+            "batched_tokens": feedback.batched_tokens,
+        }
+        self._samples.write(json.dumps(line) + "\n")
+
     def snapshot(self) -> dict[str, Any]:
         decision = self._last_decision
         return {
@@ -223,7 +245,8 @@ class AdaptiveController:
     def close(self) -> dict[str, Any]:
         summary = self.summary()
         self._maybe_publish(force=True)
-        if self._trace is not None:
-            self._trace.close()
-            self._trace = None
+        for handle in (self._trace, self._samples):
+            if handle is not None:
+                handle.close()
+        self._trace = self._samples = None
         return summary

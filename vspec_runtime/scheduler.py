@@ -117,6 +117,10 @@ class AdaptiveScheduler(Scheduler):
             and not scheduler_output.preempted_req_ids
             and all(count == 1 + len(spec_tokens.get(req_id, ())) for req_id, count in num_scheduled.items())
         )
+        context_tokens = 0
+        if self._vspec.wants_context:
+            requests = self.requests
+            context_tokens = sum(requests[rid].num_computed_tokens for rid in num_scheduled if rid in requests)
         self._vspec.observe_step(
             ObservedStep(
                 drafted=tuple(drafted),
@@ -126,6 +130,7 @@ class AdaptiveScheduler(Scheduler):
                 scheduled_at=scheduled_at,
                 completed_at=completed,
                 batched_tokens=scheduler_output.total_num_scheduled_tokens,
+                context_tokens=context_tokens,
             ),
             idle_after=not self.running and not self.waiting,
         )

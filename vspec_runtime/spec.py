@@ -16,7 +16,7 @@ SPEC_SCHEMA_VERSION = 1
 MAX_GAMMA = 16  # vLLM sizes buffers from num_speculative_tokens; beyond 16 nothing pays off.
 
 Method = Literal["ngram", "draft", "eagle", "eagle3", "none"]
-PolicyName = Literal["online", "profile", "fixed", "table"]
+PolicyName = Literal["online", "profile", "fixed", "table", "sweep"]
 METHODS_WITH_DRAFTER = ("draft", "eagle", "eagle3")
 
 
@@ -45,6 +45,8 @@ class AdaptiveSettings(_Strict):
     fixed_gamma: Optional[int] = Field(None, ge=0, le=MAX_GAMMA)  # policy=fixed; default: gamma
     table: Optional[dict[int, int]] = None  # policy=table: batch size -> K (vLLM's lookup)
     trace: Optional[str] = None  # JSON lines, one per decision
+    samples: Optional[str] = None  # JSON lines, one per verified step (profiling input)
+    sweep_gammas: Optional[tuple[int, ...]] = None  # policy=sweep: K values cycled, control_interval steps each
     seed: int = 0
     # Confidence stop (lossless): cut a request's draft at the first uncertain position.
     entropy_stop: bool = False
@@ -143,6 +145,11 @@ def _combination_problems(spec: RuntimeSpec):
         yield f"adaptive.profile: only used by policy 'profile' (policy is '{ad.policy}')"
     if ad.enabled and ad.policy == "table" and not ad.table:
         yield "adaptive.table: policy 'table' needs a batch-size -> K table"
+    if ad.enabled and ad.policy == "sweep" and not ad.sweep_gammas:
+        yield "adaptive.sweep_gammas: policy 'sweep' needs the list of K values to cycle through"
+    for k in ad.sweep_gammas or ():
+        if not 0 <= k <= spec.gamma:
+            yield f"adaptive.sweep_gammas: got {k}; need 0 <= K <= gamma ({spec.gamma})"
     if ad.fixed_gamma is not None and ad.fixed_gamma > spec.gamma:
         yield f"adaptive.fixed_gamma: got {ad.fixed_gamma}; must be <= gamma ({spec.gamma})"
     for batch, k in (ad.table or {}).items():

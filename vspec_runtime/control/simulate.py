@@ -21,7 +21,6 @@ free while memory-bound and linear once compute-bound, which is what makes the b
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 

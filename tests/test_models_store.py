@@ -158,6 +158,9 @@ def test_registry_flag_and_env_var_choose_the_file(tmp_path, monkeypatch, capsys
     assert document["schema"] == "vspec-models/1"
     assert document["models"]["team-draft"]["path"] == str(folder.resolve())
     assert not paths.registry_file().exists()
+    listing = json.loads(run_cli(capsys, "models", "--registry", str(flag_file), "list", "--json").stdout)
+    assert listing["registry"] == str(flag_file)
+    assert next(m for m in listing["models"] if m["name"] == "team-draft")["source"] == "registry"
 
     monkeypatch.setenv("VSPEC_REGISTRY", str(flag_file))
     assert model_store.resolve("team-draft").source == "registry"

@@ -83,3 +83,43 @@ def build_llama_eagle_head(target: Path, target_model: Path, seed: int) -> Path:
     save_file(tensors, str(target / "model.safetensors"))
     config.save_pretrained(target)
     return target
+
+
+def build_qwen2_eagle_head(target: Path, target_model: Path, seed: int, qkv_bias: bool = True,
+                           fc_bias: bool = True) -> Path:
+    """An EAGLE-1 head for a Qwen2 target, as the reference plugin's users ship them.
+
+    Architecture ``Qwen2ForCausalLMEagle`` (vLLM 0.32 has no such model; vspec registers it).
+    Same layout as the Llama head (fc over cat[embed, hidden], one layer ``layers.0.*`` without an
+    input norm, embedding and LM head shared with the target) plus Qwen2's q/k/v biases and the
+    original EAGLE fc bias. ``qkv_bias=False`` drops the q/k/v biases from the checkpoint, as some
+    converted heads do; vspec must then use zero biases. The biases are made large enough that
+    loading them (or not) changes the drafts.
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2Config
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    config_dict = json.loads((target_model / "config.json").read_text())
+    config_dict.update(num_hidden_layers=1, architectures=["Qwen2ForCausalLMEagle"])
+    config_dict.pop("layer_types", None)
+    config = Qwen2Config(**{k: v for k, v in config_dict.items() if k not in ("transformers_version",)})
+    torch.manual_seed(seed)
+    hidden = config.hidden_size
+    layer = Qwen2DecoderLayer(config, layer_idx=0)
+    tensors = {"fc.weight": torch.randn(hidden, 2 * hidden) * 0.02}
+    if fc_bias:
+        tensors["fc.bias"] = torch.randn(hidden) * 0.02
+    for name, tensor in layer.state_dict().items():
+        if "input_layernorm" in name:
+            continue  # EAGLE-1 has no input norm on its layer
+        if name.endswith("_proj.bias") and "self_attn" in name:
+            if not qkv_bias:
+                continue
+            tensor = torch.randn_like(tensor) * 0.5
+        tensors[f"layers.0.{name}"] = tensor.detach().clone().contiguous().float()
+    target.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(target / "model.safetensors"))
+    config.save_pretrained(target)
+    return target

@@ -414,7 +414,6 @@ def prepare(name: str, no_download: bool = False, revision: Optional[str] = None
     builtin = builtin_for(name)
     resolved = resolve(name, registry)
     if resolved.path is not None:
-        say(f"{resolved.name} is already available at {resolved.path} ({resolved.source})")
         return Prepared(resolved.name, str(resolved.path), resolved.source, "already-present")
     if builtin is None:
         if name in _safe_registry_names() or (paths.model_dir() / name).exists():
@@ -534,6 +533,8 @@ def remove(name: str, delete_files: bool = False, registry: Optional[Path] = Non
     if has_local:
         if delete_files:
             deleted = str(local)
+            if local.is_symlink():  # a link into the huggingface cache: the cache keeps its copy
+                kept.append(f"{local.resolve()} (huggingface cache)")
             if not dry_run:
                 if local.is_symlink() or local.is_file():
                     local.unlink()

@@ -57,11 +57,10 @@ def list_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Every known model: where it resolves from, whether it is usable, and its pinned revision."""
     reports = model_store.list_models(_registry(ctx))
     if json_out:
-        _output.print_json("models", _listing(reports))
+        _output.print_json("models", _listing(reports, _registry(ctx)))
         return
-    from rich.table import Table
-
     from rich import box
+    from rich.table import Table
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("name", "role", "status", "source"):
@@ -77,9 +76,9 @@ def list_command(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     _output.hint(f"registry: {_registry(ctx) or paths.registry_file()}   model directory: {paths.model_dir()}")
 
 
-def _listing(reports: list[model_store.ModelReport]) -> dict:
+def _listing(reports: list[model_store.ModelReport], registry: Optional[Path]) -> dict:
     return {
-        "registry": str(paths.registry_file()),
+        "registry": str(registry or paths.registry_file()),
         "model_dir": str(paths.model_dir()),
         "models": [asdict(item) for item in reports],
     }
@@ -147,7 +146,7 @@ def verify_command(
         reports = [r for r in model_store.list_models(_registry(ctx)) if r.status != "missing" or r.candidates]
         failed = [r for r in reports if r.status == "invalid"]
     if json_out:
-        _output.print_json("models-verify", {**_listing(reports), "ok": not failed})
+        _output.print_json("models-verify", {**_listing(reports, _registry(ctx)), "ok": not failed})
     else:
         if not reports:
             _output.hint("no model is registered or prepared yet; try `vspec models prepare demo`")

@@ -5,6 +5,11 @@ simulator in ``simulate.py`` and costs microseconds per decision.
 
 ``make_policy`` builds the policy the settings ask for, wrapped in ``GuardedPolicy`` so that a
 policy bug freezes K at a safe value instead of failing a serving step.
+
+Modules: base (the contract), acceptance (per-position rates, E[K]), window (an arm's sliding
+window, buckets), prediction (cost of unmeasured arms), online / online_config / bucket_state (the
+bandit), latency_profile / profile_policy (the profile format and policy), static (fixed, table),
+guard (fault isolation), simulate (seeded simulator and oracle), budget (micro-benchmark).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from vspec_runtime.control.latency_profile import PROFILE_SCHEMA, ComponentLaten
 from vspec_runtime.control.online import OnlineConfig, OnlinePolicy
 from vspec_runtime.control.profile_policy import ProfilePolicy
 from vspec_runtime.control.static import FixedPolicy, TablePolicy
+from vspec_runtime.control.sweep import SweepPolicy
 from vspec_runtime.control.window import bucket_of
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ __all__ = [
     "Policy",
     "ProfilePolicy",
     "StepFeedback",
+    "SweepPolicy",
     "TablePolicy",
     "bucket_of",
     "make_policy",
@@ -82,4 +89,11 @@ def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] |
         if not adaptive.table:
             raise ValueError("adaptive.table: policy 'table' needs a batch-size -> K table")
         return TablePolicy({batch: min(k, max_gamma) for batch, k in adaptive.table.items()})
+    if adaptive.policy == "sweep":
+        if not adaptive.sweep_gammas:
+            raise ValueError("adaptive.sweep_gammas: policy 'sweep' needs the list of K values to cycle through")
+        too_big = [k for k in adaptive.sweep_gammas if k > max_gamma]
+        if too_big:
+            raise ValueError(f"adaptive.sweep_gammas: got {too_big[0]}; must be <= gamma ({max_gamma})")
+        return SweepPolicy(adaptive.sweep_gammas, adaptive.control_interval)
     raise ValueError(f"adaptive.policy: unknown policy {adaptive.policy!r}")

@@ -125,36 +125,41 @@ class AcceptanceStats:
         # Few distinct (drafted, accepted) pairs per step; counting them in C keeps a batch of
         # 256 requests about as cheap as a batch of 8.
         for (drafted_tokens, accepted_tokens), requests in Counter(zip(drafted, accepted)).items():
-            drafted_tokens = min(max(0, int(drafted_tokens)), top)
-            accepted_tokens = min(max(0, int(accepted_tokens)), drafted_tokens)
+            if not 0 <= accepted_tokens <= drafted_tokens <= top:  # clip what cannot be trusted
+                drafted_tokens = min(max(0, int(drafted_tokens)), top)
+                accepted_tokens = min(max(0, int(accepted_tokens)), drafted_tokens)
             runs_ending_at[accepted_tokens] += requests
             drafts_ending_at[drafted_tokens] += requests
             if accepted_tokens < drafted_tokens:
                 failures_at[accepted_tokens + 1] += requests
-        depth = max((position for position in range(top, 0, -1) if drafts_ending_at[position]), default=0)
+        depth = min(max(max(drafted, default=0), 0), top)
         if depth < self._drafted_depth:
             # Positions are about to go undrafted: pin their anchors to the rates as they are now.
             self._refresh_if_stale()
         self._drafted_depth = depth
-        # From the deepest position up, so that "at least j" counts are running sums.
+        # From the deepest position up, so that "at least j" counts are running sums. The decay
+        # factors only change where some request's draft ended, so they are recomputed only there.
         reached = drafting = 0
+        fast_decay = steady_decay = self._stale_decay
         successes, trials = self._successes, self._trials
         fast_successes, fast_trials = self._fast_successes, self._fast_trials
+        drafted_since_refresh = self._drafted_since_refresh
+        new_trials_total = 0
         for position in range(top, 0, -1):
             reached += runs_ending_at[position]
-            drafting += drafts_ending_at[position]
-            if drafting:
+            if drafts_ending_at[position]:
+                drafting += drafts_ending_at[position]
                 fast_decay = max(self._request_decay**drafting, self._step_decay)
                 steady_decay = max(self._steady_request_decay**drafting, self._steady_step_decay)
-                self._drafted_since_refresh[position] = True
-            else:
-                fast_decay = steady_decay = self._stale_decay
+            if drafting:
+                drafted_since_refresh[position] = True
             new_trials = reached + failures_at[position]
             successes[position] = successes[position] * steady_decay + reached
             trials[position] = trials[position] * steady_decay + new_trials
             fast_successes[position] = fast_successes[position] * fast_decay + reached
             fast_trials[position] = fast_trials[position] * fast_decay + new_trials
-            self.total_trials += new_trials
+            new_trials_total += new_trials
+        self.total_trials += new_trials_total
         self.updates += 1
         self._stale = True
 

@@ -48,7 +48,7 @@ class BucketState:
         self.challenger_streak = 0  # consecutive decisions it has been preferred
 
     def measured(self, low: int, high: int) -> dict[int, ArmWindow]:
-        return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.count}
+        return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.total_samples}
 
 
 def bucket_summary(bucket: BucketState) -> dict[str, Any]:

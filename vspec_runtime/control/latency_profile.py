@@ -28,7 +28,8 @@ Step latency for B requests and K drafts:
     T_step(K) = K * drafter(ctx, B) + target(ctx, B*(K+1)) + overhead(K)
 
 ``LatencyProfile.from_dict`` validates and raises ValueError with a one-line message naming the
-field; ``to_dict`` writes the same shape back (the collector uses it).
+field (given the server's maximum K, also a table entry above it); ``to_dict`` writes the same
+shape back (the collector, vspec_cli/profiling/fit.py, uses it).
 """
 
 from __future__ import annotations
@@ -70,7 +71,25 @@ class LatencyProfile:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, data: Any) -> LatencyProfile:
+    def from_dict(cls, data: Any, serving_max_gamma: int | None = None) -> LatencyProfile:
+        """Validate ``data``; with ``serving_max_gamma`` (the server's num_speculative_tokens) also
+        reject a table entry above it: that prior would name a K the server cannot run. A profile
+        measured to a larger K than the server's is fine; the policy never goes above the server's."""
+        profile = cls._from_dict(data)
+        if serving_max_gamma is not None:
+            profile.check_serving_gamma(serving_max_gamma)
+        return profile
+
+    def check_serving_gamma(self, serving_max_gamma: int) -> None:
+        for batch, gamma in sorted(self.table.items()):
+            if gamma > serving_max_gamma:
+                raise ValueError(
+                    f"profile.table: entry {batch} -> {gamma} is above the server's maximum K ({serving_max_gamma}); "
+                    f"re-fit with `vspec fit SAMPLES --max-gamma {serving_max_gamma}` or serve with a larger --gamma"
+                )
+
+    @classmethod
+    def _from_dict(cls, data: Any) -> LatencyProfile:
         if not isinstance(data, dict):
             raise ValueError(f"profile: expected a JSON object, got {type(data).__name__}")
         unknown = [key for key in data if key not in _PROFILE_KEYS]

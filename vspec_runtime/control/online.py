@@ -221,18 +221,16 @@ class OnlinePolicy(Policy):
     def _noise_margins(self, bucket: BucketState) -> dict[int, float]:
         """Per measured arm: how far its cost may plausibly lie below its mean (a fraction)."""
         weighted = weights = 0.0
-        for arm in bucket.arms.values():
-            variance = arm.relative_cost_variance()
+        counts = {gamma: arm.count for gamma, arm in bucket.arms.items() if arm.total_samples}
+        for gamma, count in counts.items():
+            variance = bucket.arms[gamma].relative_cost_variance()
             if variance is not None:
-                weighted += variance * (arm.count - 1)
-                weights += arm.count - 1
+                weighted += variance * (count - 1)
+                weights += count - 1
         # Until the bucket has seen some spread, assume 5% per step: real steps are rarely steadier.
         relative_sd = math.sqrt(weighted / weights) if weights >= 4 else 0.05
-        return {
-            gamma: self.config.noise_z * relative_sd / math.sqrt(arm.count)
-            for gamma, arm in bucket.arms.items()
-            if arm.count
-        }
+        width = self.config.noise_z * relative_sd
+        return {gamma: width / math.sqrt(count) for gamma, count in counts.items()}
 
     def _unsure_contenders(
         self,
@@ -256,15 +254,13 @@ class OnlinePolicy(Policy):
     ) -> dict[int, tuple[float, float]]:
         """Point and optimistic predicted goodput of every unmeasured arm in [low, high]."""
         costs = sorted(
-            (gamma, arm.ms_per_request_step, arm.ms_per_request_step / (1.0 + margins[gamma]))
-            for gamma, arm in bucket.arms.items()
-            if arm.count
+            (gamma, bucket.arms[gamma].ms_per_request_step, bucket.arms[gamma].ms_per_request_step / (1.0 + margin))
+            for gamma, margin in margins.items()
         )
         neighbour_costs = self._neighbour_costs(bucket) if len(costs) == 1 else []
         predictions: dict[int, tuple[float, float]] = {}
         for gamma in range(low, high + 1):
-            arm = bucket.arms.get(gamma)
-            if arm is not None and arm.count:
+            if gamma in margins:
                 continue
             cost = self._predict_cost(bucket, gamma, costs, neighbour_costs)
             predictions[gamma] = (expected[gamma] / cost.point_ms, expected[gamma] / cost.optimistic_ms)
@@ -299,7 +295,9 @@ class OnlinePolicy(Policy):
         """The neighbour bucket's measured costs, when it has enough (two arms) to give a slope."""
         if bucket.neighbour is None:
             return []
-        costs = sorted((gamma, arm.ms_per_request_step) for gamma, arm in bucket.neighbour.arms.items() if arm.count)
+        costs = sorted(
+            (gamma, arm.ms_per_request_step) for gamma, arm in bucket.neighbour.arms.items() if arm.total_samples
+        )
         return costs if len(costs) >= 2 else []
 
     def _plain_target(
@@ -344,7 +342,7 @@ class OnlinePolicy(Policy):
         neighbour = bucket.neighbour
         if neighbour is None:
             return {}
-        theirs = {gamma: arm.goodput_tokens_per_ms for gamma, arm in neighbour.arms.items() if arm.count}
+        theirs = {gamma: arm.goodput_tokens_per_ms for gamma, arm in neighbour.arms.items() if arm.total_samples}
         shared = [gamma for gamma in estimates if theirs.get(gamma, 0.0) > 0.0]
         if not shared:
             return {}

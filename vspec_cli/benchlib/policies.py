@@ -1,0 +1,137 @@
+"""Policy strings of `vspec bench --policies` and the RuntimeSpec each one runs with.
+
+``target-only``      no speculation (method none, no drafter, no controller)
+``fixed:K``          plain vLLM with num_speculative_tokens=K, no vspec scheduler; ``fixed:1-6`` is a sweep
+``table:B=K,...``    vLLM's batch-size table through the controller's table policy, e.g. ``table:1=6,8=1``
+``online``           the online controller (bandit over K)
+``profile:PATH``     the profile controller with that profile JSON
+
+Adaptive policies keep the base spec's gamma (max K) and its other adaptive settings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from vspec_cli._errors import UserInputError
+from vspec_runtime.spec import MAX_GAMMA, RuntimeSpec, SpecError, validate_spec
+
+POLICY_SYNTAX = "target-only, fixed:K, fixed:K1-K2, table:B=K[,B=K...], online, profile:PATH"
+_TABLE_ENTRY = re.compile(r"^\s*(\d+)\s*=\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class BenchPolicy:
+    label: str  # as written in reports, e.g. "fixed:3"
+    kind: str  # target-only | fixed | table | online | profile
+    gamma: Optional[int] = None  # fixed:K
+    table: dict[int, int] = field(default_factory=dict)  # table:...
+    profile: Optional[str] = None  # profile:PATH
+
+    @property
+    def adaptive(self) -> bool:
+        return self.kind in ("table", "online", "profile")
+
+    @property
+    def speculating(self) -> bool:
+        return self.kind != "target-only"
+
+
+def parse_policies(text: str) -> list[BenchPolicy]:
+    """'target-only,fixed:1-3,table:1=6,8=1,online' -> policies (duplicates dropped, order kept).
+
+    Commas separate policies, except that ``B=K`` items continue the table before them.
+    """
+    items = [item.strip() for item in text.split(",")]
+    grouped: list[str] = []
+    for item in items:
+        if not item:
+            continue
+        if _TABLE_ENTRY.match(item) and grouped and grouped[-1].startswith("table:"):
+            grouped[-1] += "," + item
+        else:
+            grouped.append(item)
+    if not grouped:
+        raise UserInputError(f"--policies: give at least one policy ({POLICY_SYNTAX})")
+    policies: dict[str, BenchPolicy] = {}
+    for item in grouped:
+        for policy in _parse_one(item):
+            policies.setdefault(policy.label, policy)
+    return list(policies.values())
+
+
+def _parse_one(item: str) -> list[BenchPolicy]:
+    name, _, arg = item.partition(":")
+    name = name.strip().lower()
+    if name in ("target-only", "online") and not arg:
+        return [BenchPolicy(name, name)]
+    if name == "fixed" and arg:
+        return [BenchPolicy(f"fixed:{k}", "fixed", gamma=k) for k in _fixed_range(arg, item)]
+    if name == "table" and arg:
+        table = _parse_table(arg, item)
+        label = "table:" + ",".join(f"{b}={k}" for b, k in sorted(table.items()))
+        return [BenchPolicy(label, "table", table=table)]
+    if name == "profile" and arg:
+        path = Path(arg).expanduser()
+        if not path.is_file():
+            raise UserInputError(f"policy '{item}': profile file {path} does not exist",
+                                 hint="`vspec profile collect` then `vspec fit` make one")
+        return [BenchPolicy(item, "profile", profile=str(path.resolve()))]
+    raise UserInputError(f"unknown policy '{item}'; use {POLICY_SYNTAX}")
+
+
+def _fixed_range(arg: str, item: str) -> list[int]:
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", arg)
+    if not match:
+        raise UserInputError(f"policy '{item}': expected fixed:K or fixed:K1-K2 with integers")
+    low = int(match.group(1))
+    high = int(match.group(2)) if match.group(2) else low
+    if low > high:
+        raise UserInputError(f"policy '{item}': the range {low}-{high} is empty")
+    if low < 1 or high > MAX_GAMMA:
+        raise UserInputError(f"policy '{item}': K must be in 1..{MAX_GAMMA} (K=0 is target-only)")
+    return list(range(low, high + 1))
+
+
+def _parse_table(arg: str, item: str) -> dict[int, int]:
+    table: dict[int, int] = {}
+    for entry in arg.split(","):
+        match = _TABLE_ENTRY.match(entry)
+        if not match:
+            raise UserInputError(f"policy '{item}': table entries look like BATCH=K, e.g. table:1=6,8=1")
+        batch, k = int(match.group(1)), int(match.group(2))
+        if batch < 1:
+            raise UserInputError(f"policy '{item}': batch sizes start at 1")
+        table[batch] = k
+    return table
+
+
+def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = None) -> RuntimeSpec:
+    """The spec ``policy`` runs with: the base spec with its method, gamma and controller replaced."""
+    data: dict[str, Any] = base.model_dump()
+    adaptive = dict(data["adaptive"], enabled=policy.adaptive, profile=None, table=None, fixed_gamma=None,
+                    sweep_gammas=None, trace=None, samples=None)
+    if policy.kind == "target-only":
+        data.update(method="none", drafter=None, relaxed={})
+        adaptive["entropy_stop"] = False
+    elif not base.speculating:
+        raise UserInputError(f"policy '{policy.label}' needs a drafting method; the spec has method 'none'",
+                             hint="pick a preset with a drafter, or add --method ngram")
+    if policy.kind == "fixed":
+        data["gamma"] = policy.gamma
+        adaptive["min_gamma"] = min(adaptive["min_gamma"], policy.gamma)
+    elif policy.adaptive:
+        adaptive["policy"] = policy.kind
+        adaptive["trace"] = str(trace) if trace else None
+        if policy.kind == "table":
+            adaptive["table"] = policy.table
+        if policy.kind == "profile":
+            adaptive["profile"] = policy.profile
+    data["adaptive"] = adaptive
+    try:
+        return validate_spec(data)
+    except SpecError as exc:
+        raise UserInputError(f"policy '{policy.label}': {exc}") from None

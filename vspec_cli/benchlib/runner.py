@@ -1,0 +1,181 @@
+"""Run the bench: one fresh engine per policy and repeat, every cell as successive phases.
+
+A fresh engine per policy keeps controller state (and vLLM's caches) from leaking between policies.
+Every engine runs the same phases in the same order; the order of the policies rotates between
+repeats so slow drift of a shared machine does not always favour the same policy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from vspec_cli.benchlib.engine_child import PROGRESS_MARK
+from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
+from vspec_cli.workloads import Phase, Workload
+from vspec_runtime.spec import RuntimeSpec
+
+Event = Callable[..., None]  # on_event(kind, **fields): "engine", "stage", "engine-done"
+
+
+@dataclass(frozen=True)
+class Cell:
+    workload: Workload
+    batch: int
+    phases: tuple[Phase, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.workload.name}@{self.batch}"
+
+
+@dataclass
+class BenchPlan:
+    base_spec: RuntimeSpec
+    target_path: str
+    drafter_path: Optional[str]
+    policies: list[BenchPolicy]
+    cells: list[Cell]
+    repeats: int
+    max_tokens: int
+    ignore_eos: bool
+    out_dir: Path
+    engine_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def specs(self) -> dict[str, RuntimeSpec]:
+        """Each policy's spec (validated up front, so a bad policy fails before any engine starts)."""
+        return {p.label: policy_spec(self.base_spec, p) for p in self.policies}
+
+    def trace_path(self, policy: BenchPolicy, repeat: int) -> Path:
+        return self.out_dir / "traces" / f"{file_label(policy.label)}-r{repeat + 1}.jsonl"
+
+    def phase_requests(self) -> list[dict[str, Any]]:
+        return [
+            {"name": phase.name, "cell": cell.key, "kind": phase.kind, "batch": len(phase.prompts),
+             "prompts": list(phase.prompts), "max_tokens": self.max_tokens, "ignore_eos": self.ignore_eos}
+            for cell in self.cells for phase in cell.phases
+        ]
+
+
+def build_cells(workloads: list[Workload], batches: list[int], rounds: int) -> list[Cell]:
+    return [Cell(w, b, tuple(w.phases(b, rounds))) for w in workloads for b in batches]
+
+
+def file_label(label: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label)
+
+
+def rotated(policies: list[BenchPolicy], repeat: int) -> list[BenchPolicy]:
+    shift = repeat % len(policies)
+    return policies[shift:] + policies[:shift]
+
+
+@dataclass
+class EngineRun:
+    policy: str
+    repeat: int  # 0-based
+    position: int  # place in this repeat's order
+    ok: bool
+    wall_s: float
+    log: str
+    error: Optional[str] = None
+    engine_ready_s: Optional[float] = None
+    phases: list[dict[str, Any]] = field(default_factory=list)  # without outputs
+    outputs: list[list[list[int]]] = field(default_factory=list)  # phase -> sequence -> token ids
+    trace: Optional[list[dict[str, Any]]] = None
+
+    def record(self) -> dict[str, Any]:
+        """What results.json keeps of this run (token ids go to outputs/ instead)."""
+        return {"policy": self.policy, "repeat": self.repeat + 1, "position": self.position + 1, "ok": self.ok,
+                "error": self.error, "wall_s": round(self.wall_s, 3), "engine_ready_s": self.engine_ready_s,
+                "log": self.log, "phases": self.phases}
+
+
+def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
+    plan.specs()
+    for sub in ("logs", "traces", "outputs", "requests"):
+        (plan.out_dir / sub).mkdir(parents=True, exist_ok=True)
+    runs = []
+    total = len(plan.policies) * plan.repeats
+    for repeat in range(plan.repeats):
+        for position, policy in enumerate(rotated(plan.policies, repeat)):
+            on_event("engine", policy=policy.label, repeat=repeat, index=len(runs), total=total)
+            trace = plan.trace_path(policy, repeat) if policy.adaptive else None
+            if trace is not None:
+                trace.unlink(missing_ok=True)  # the controller appends
+            spec = policy_spec(plan.base_spec, policy, trace)
+            run = run_engine(plan, policy, spec, repeat, position, on_event)
+            runs.append(run)
+            on_event("engine-done", policy=policy.label, repeat=repeat, ok=run.ok, error=run.error)
+    return runs
+
+
+def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: int, position: int,
+               on_event: Event) -> EngineRun:
+    stem = f"{file_label(policy.label)}-r{repeat + 1}"
+    request_file = plan.out_dir / "requests" / f"{stem}.json"
+    result_file = plan.out_dir / "requests" / f"{stem}.result.json"
+    log_file = plan.out_dir / "logs" / f"{stem}.log"
+    result_file.unlink(missing_ok=True)
+    phases = plan.phase_requests()
+    request_file.write_text(json.dumps({
+        "spec": json.loads(spec.to_json()), "target_path": plan.target_path,
+        "drafter_path": plan.drafter_path if spec.speculating else None,
+        "phases": phases, "warmup": True, "chat": True, "engine_overrides": plan.engine_overrides,
+    }))
+    started = time.perf_counter()
+    returncode = _run_child(request_file, result_file, log_file, on_event)
+    wall = time.perf_counter() - started
+    run = EngineRun(policy.label, repeat, position, ok=False, wall_s=wall, log=str(log_file))
+    if returncode != 0 or not result_file.exists():
+        run.error = f"engine exited with status {returncode}; last log lines:\n" + _tail(log_file)
+        return run
+    result = json.loads(result_file.read_text())
+    result_file.unlink()
+    run.ok = True
+    run.engine_ready_s = round(result.get("engine_ready_s", 0.0), 3)
+    run.trace = result.get("trace")
+    for asked, got in zip(phases, result["phases"]):
+        run.outputs.append([out["token_ids"] for out in got["outputs"]])
+        run.phases.append({
+            "cell": asked["cell"], "name": asked["name"], "kind": asked["kind"], "batch": asked["batch"],
+            "elapsed_s": got["elapsed_s"], "started_at": got["started_at"], "ended_at": got["ended_at"],
+            "output_tokens": got["output_tokens"], "counters": got["counters"], "selections": got["selections"],
+        })
+    (plan.out_dir / "outputs" / f"{stem}.json").write_text(json.dumps(
+        [{"name": p["name"], "token_ids": ids} for p, ids in zip(run.phases, run.outputs)]))
+    return run
+
+
+def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: Event) -> int:
+    command = [sys.executable, "-m", "vspec_cli.benchlib.engine_child", str(request_file), str(result_file)]
+    with log_file.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(PROGRESS_MARK):
+                    on_event("stage", **json.loads(line[len(PROGRESS_MARK):]))
+                else:
+                    log.write(line)
+            return proc.wait()
+        finally:
+            if proc.poll() is None:  # Ctrl-C or an error here: do not leave an engine behind
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"

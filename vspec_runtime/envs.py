@@ -52,3 +52,22 @@ def model_override_var(model_name: str) -> str:
     """Per-model path override, e.g. VSPEC_MODEL_PATH_DEMO or VSPEC_MODEL_PATH_QWEN2_5_0_5B_INSTRUCT."""
     slug = "".join(ch if ch.isalnum() else "_" for ch in model_name.upper())
     return f"VSPEC_MODEL_PATH_{slug}"
+
+
+def render_markdown() -> str:
+    """docs/envs.md, generated from ENV_VARS (tests fail when the checked-in copy is stale)."""
+    lines = [
+        "# Environment variables",
+        "",
+        "Generated from `vspec_runtime/envs.py` by `python -m vspec_runtime.envs > docs/envs.md`.",
+        "",
+        "| variable | meaning |",
+        "|---|---|",
+    ]
+    lines += [f"| `{var.name}` | {var.doc} |" for var in ENV_VARS.values()]
+    lines.append(f"| `VSPEC_MODEL_PATH_<NAME>` | Path override for one model name, e.g. `{model_override_var('demo')}`. |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")

@@ -1,0 +1,116 @@
+"""AdaptiveController bookkeeping (pure Python): which K a verified step belongs to, interval timing,
+stable-step detection, the sticky K=0 cohort, trace and samples files, and the metrics snapshot."""
+
+from __future__ import annotations
+
+import json
+
+from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.controller import AdaptiveController, ObservedStep
+from vspec_runtime.spec import validate_spec
+
+
+class ScriptedPolicy(Policy):
+    """Returns K from a script and records what it was told."""
+
+    name = "scripted"
+
+    def __init__(self, gammas):
+        self.gammas = list(gammas)
+        self.seen: list[StepFeedback] = []
+
+    def choose(self, batch_size, max_feasible_gamma):
+        gamma = min(self.gammas.pop(0) if self.gammas else 1, max_feasible_gamma)
+        return Decision(gamma, "scripted", rewards={gamma: 1.0})
+
+    def observe(self, feedback):
+        self.seen.append(feedback)
+
+    def summary(self):
+        return {"policy": self.name, "acceptance": {"rates": [0.5]}}
+
+
+def make(tmp_path, gammas, method="ngram", **adaptive):
+    spec = validate_spec({
+        "method": method, "target_model": "t", "drafter": "d" if method != "ngram" else None, "gamma": 4,
+        "adaptive": {"enabled": True, "trace": str(tmp_path / "trace.jsonl"),
+                     "samples": str(tmp_path / "samples.jsonl"), **adaptive},
+    })
+    policy = ScriptedPolicy(gammas)
+    clock = iter(range(1000, 100000))
+    return AdaptiveController(spec, max_gamma=4, max_batched_tokens=64, policy=policy,
+                              clock=lambda: float(next(clock))), policy
+
+
+def step(batch=2, drafted=(2, 2), accepted=(1, 2), start=0.0, end=0.010, pure=True):
+    return ObservedStep(drafted=drafted, accepted=accepted, batch_size=batch, pure_decode=pure,
+                        scheduled_at=start, completed_at=end)
+
+
+def test_feedback_is_attributed_to_the_k_that_drafted_the_verified_tokens(tmp_path):
+    controller, policy = make(tmp_path, [2, 2, 3, 3])
+    controller.choose_gamma(2)                       # K=2 drafted at the end of step 1
+    controller.observe_step(step(start=0.0, end=0.010))
+    controller.choose_gamma(2)
+    controller.observe_step(step(start=0.010, end=0.020))
+    controller.choose_gamma(2)                       # switch to 3: step 3 verifies K=2 drafts
+    controller.observe_step(step(start=0.020, end=0.030))
+    assert [f.gamma for f in policy.seen[1:]] == [2, 2]
+    assert policy.seen[1].stable is True
+    assert policy.seen[2].stable is False            # verified K=2 drafts but drafted K=3: mixed costs
+
+
+def test_interval_does_not_count_idle_time_or_overlap(tmp_path):
+    controller, policy = make(tmp_path, [1, 1, 1])
+    controller.choose_gamma(2)
+    controller.observe_step(step(start=0.0, end=0.010))
+    controller.choose_gamma(2)
+    controller.observe_step(step(start=5.0, end=5.020))   # idle gap before this step's schedule()
+    controller.choose_gamma(2)
+    controller.observe_step(step(start=5.015, end=5.030))  # scheduled before the previous completed
+    assert round(policy.seen[1].interval_ms, 3) == 20.0
+    assert round(policy.seen[2].interval_ms, 3) == 10.0
+
+
+def test_admission_steps_are_not_stable(tmp_path):
+    controller, policy = make(tmp_path, [1, 1])
+    controller.choose_gamma(2)
+    controller.observe_step(step())
+    controller.choose_gamma(2)
+    controller.observe_step(step(pure=False))
+    assert policy.seen[1].stable is False
+
+
+def test_feasibility_caps_k_by_batched_tokens(tmp_path):
+    controller, _ = make(tmp_path, [4])
+    assert controller.max_feasible_gamma(16) == 3      # 16 * (3+1) = 64 tokens
+    assert controller.choose_gamma(16) == 3
+
+
+def test_sticky_zero_holds_until_the_cohort_drains_for_model_drafters(tmp_path):
+    controller, _ = make(tmp_path, [0, 3, 3, 3], method="draft")
+    assert controller.choose_gamma(4) == 0
+    assert controller.choose_gamma(4) == 0             # the policy is not asked while the cohort runs
+    controller.choose_gamma(0)                         # drained
+    assert controller.choose_gamma(2) == 3
+
+
+def test_ngram_zero_is_not_sticky(tmp_path):
+    controller, _ = make(tmp_path, [0, 3])
+    assert controller.choose_gamma(4) == 0
+    assert controller.choose_gamma(4) == 3
+
+
+def test_trace_samples_and_snapshot(tmp_path):
+    controller, _ = make(tmp_path, [2, 3, 3])
+    for _ in range(3):
+        controller.choose_gamma(2)
+        controller.observe_step(step())
+    summary = controller.close()
+    trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert [line["gamma"] for line in trace] == [2, 3, 3]
+    assert trace[0]["acceptance"] == {"rates": [0.5]}
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 and samples[0]["committed"] == 2 + 3
+    assert summary["selections"] == {"2": 1, "3": 2} and summary["switches"] == 2
+    assert summary["mean_gamma"] == round(8 / 3, 3)

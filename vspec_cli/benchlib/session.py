@@ -1,0 +1,68 @@
+"""One bench session end to end: run the engines, summarise, plot, write results.json and results.md.
+
+Returns the results document; rendering it (terminal table or --json) is the CLI's job.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from vspec_cli.benchlib import plots, report, stats
+from vspec_cli.benchlib.runner import BenchPlan, Event, run_bench
+from vspec_cli.atomic import write_text_atomic
+
+
+def settings_of(plan: BenchPlan, rounds: int, batches: list[int]) -> dict[str, Any]:
+    spec = plan.base_spec
+    return {
+        "target_model": spec.target_model, "target_path": plan.target_path, "drafter": spec.drafter,
+        "method": spec.method, "gamma": spec.gamma, "dtype": spec.serving.dtype,
+        "max_num_seqs": spec.serving.max_num_seqs, "policies": [p.label for p in plan.policies],
+        "workloads": list(dict.fromkeys(c.workload.name for c in plan.cells)),
+        "batches": batches, "rounds": rounds, "repeats": plan.repeats, "max_tokens": plan.max_tokens,
+        "ignore_eos": plan.ignore_eos, "engine_overrides": plan.engine_overrides,
+        "chat_template": True, "temperature": 0.0,
+    }
+
+
+def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, on_event: Event) -> dict[str, Any]:
+    environment = {"versions": report.versions(), "machine": report.machine()}
+    started = _dt.datetime.now().astimezone()
+    runs = run_bench(plan, on_event)
+    finished = _dt.datetime.now().astimezone()
+
+    cells = stats.summarise(plan.policies, plan.cells, runs)
+    found_checks = stats.checks(plan.policies, cells)
+    specs = plan.specs()
+    policies = [{"label": p.label, "kind": p.kind, "strict": not specs[p.label].relaxed.enabled,
+                 "spec": specs[p.label].model_dump()} for p in plan.policies]
+    seen: dict[str, Any] = {}
+    for cell in plan.cells:
+        w = cell.workload
+        seen.setdefault(w.name, {"name": w.name, "description": w.description, "source": w.source,
+                                 "distinct_prompts": w.size, "phases": {}})
+        seen[w.name]["phases"][str(cell.batch)] = [
+            {"name": p.name, "kind": p.kind, "batch": len(p.prompts)} for p in cell.phases]
+
+    out = plan.out_dir
+    files: dict[str, Any] = {"results_json": str(out / "results.json"), "results_md": str(out / "results.md"),
+                             "plots": [], "logs": str(out / "logs"), "traces": str(out / "traces"),
+                             "outputs": str(out / "outputs")}
+    title = f"{plan.base_spec.target_model} ({plan.base_spec.method}), {plan.max_tokens} tokens, " \
+            f"{plan.repeats} repeats"
+    if plots.available():
+        files["plots"].append(str(plots.throughput(cells, out / "throughput.png", title)))
+        k_plot = plots.k_over_time(runs, out / "k_over_time.png", title)
+        if k_plot:
+            files["plots"].append(str(k_plot))
+    else:
+        files["plots_skipped"] = "matplotlib is not installed (pip install 'vspec[bench]')"
+
+    document = report.build_document(
+        started=started, finished=finished, command=command, settings=settings_of(plan, rounds, batches),
+        environment=environment, policies=policies, workloads=list(seen.values()), cells=cells,
+        checks=found_checks, runs=[r.record() for r in runs], files=files)
+    report.write_json(document, out / "results.json")
+    write_text_atomic(out / "results.md", report.markdown(document))
+    return document

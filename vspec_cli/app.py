@@ -13,6 +13,9 @@ from vspec_cli import doctor
 from vspec_cli import switches
 from vspec_cli import lifecycle
 from vspec_cli import completion
+from vspec_cli import profile
+from vspec_cli import fit
+from vspec_cli import bench
 from vspec_cli._errors import VspecError
 from vspec_cli._factory import typer_factory
 from vspec_runtime import __version__
@@ -42,6 +45,9 @@ doctor.register(app)
 switches.register(app)
 lifecycle.register(app)
 completion.register(app)
+profile.register(app)
+fit.register(app)
+bench.register(app)
 
 
 def _render_error(error: VspecError) -> int:

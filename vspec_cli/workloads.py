@@ -228,4 +228,5 @@ def parse_workloads(text: str) -> list[Workload]:
 
 
 def help_text() -> str:
-    return "\n".join(f"  [bold]{name}[/bold]: {text}" for name, text in WORKLOAD_HELP.items())
+    """For Typer's rich help: literal brackets escaped."""
+    return "\n".join(f"  [bold]{name}[/bold]: " + text.replace("[", "\\[") for name, text in WORKLOAD_HELP.items())

@@ -27,9 +27,10 @@ def register() -> None:
     _registered = True
     _ensure_run_dir()
     _ensure_log_handler()
-    from vspec_runtime import metrics
+    from vspec_runtime import metrics, patches
 
     metrics.register_collector()
+    patches.apply_all(spec)  # model registrations and opt-in patches; see vspec_runtime/patches/
     import vllm
 
     logger.info(

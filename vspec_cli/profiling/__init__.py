@@ -2,10 +2,13 @@
 
 ``samples``   read and validate the controller's samples file (one JSON line per verified step)
 ``fit``       the step-latency model, fitted by non-negative least squares (SciPy)
-``workloads`` the prompts a collect run feeds the engine
-``collect``   the driver: one engine, the sweep policy, phases per batch size, progress on stderr
+``collect``   the driver: one engine, the sweep policy, one phase per batch size
 ``manifest``  what was measured: versions, hardware, settings, the exact command
-``plot``      predicted vs measured latency (matplotlib)
+``files``     profile documents in and out, with one-line errors
+``render``    the rich tables; ``plot`` predicted vs measured latency (matplotlib)
+
+Prompts come from vspec_cli/workloads.py, shared with `vspec bench`, so a profile and a bench run
+see the same text.
 
 The profile written is the ``vspec-profile/1`` document of vspec_runtime.control.latency_profile:
 that module stays the one contract, this package only produces it.

@@ -379,3 +379,28 @@ def profile_document(result: FitResult, meta: Optional[dict[str, Any]] = None) -
     document["meta"] = {**document.get("meta", {}), **(meta or {}), "fit": result.summary()}
     LatencyProfile.from_dict(document)  # what we write must load
     return document
+
+
+def predict_sample(profile: LatencyProfile, sample: Sample) -> float:
+    """The profile's step latency for a measured sample, with the tokens that step really verified."""
+    drafting = 0.0
+    if sample.gamma and profile.drafter is not None:
+        drafting = sample.gamma * profile.drafter.forward_ms(sample.context_tokens, sample.batch_size)
+    verification = profile.target.forward_ms(sample.context_tokens, sample.batched_tokens)
+    return drafting + verification + profile.overhead_ms(sample.gamma)
+
+
+def evaluate(profile: LatencyProfile, samples: Sequence[Sample], holdout_every: int = HOLDOUT_EVERY) -> dict[str, Any]:
+    """Per-point summaries and the held-out error of ``profile`` on ``samples`` (as `profile show` reports)."""
+    candidates = [s for s in usable(list(samples)) if s.gamma <= profile.max_gamma]
+    _, heldout = split_heldout(candidates, holdout_every)
+
+    def ape(sample: Sample) -> float:
+        return abs(predict_sample(profile, sample) - sample.interval_ms) / sample.interval_ms
+
+    return {
+        "points": point_summaries(candidates, lambda s: predict_sample(profile, s)),
+        "heldout_error": statistics.median(ape(s) for s in heldout) if heldout else None,
+        "all_error": statistics.median(ape(s) for s in candidates) if candidates else None,
+        "samples_usable": len(candidates),
+    }

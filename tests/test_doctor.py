@@ -77,9 +77,12 @@ def build_standin_vllm(root: Path, version: str = TESTED_VLLM, hidden: Optional[
         path = root.joinpath(*module_name.split(".")).with_suffix(".py")
         path.parent.mkdir(parents=True, exist_ok=True)
         lines = ["import dataclasses", ""]
-        if module_name == "vllm.plugins":
+        # A module that other listed modules live under (vllm.plugins, vllm.model_executor.models)
+        # must be a package, or its submodules would hide it.
+        if module_name == "vllm.plugins" or any(other.startswith(module_name + ".") for other in modules):
             path = path.with_suffix("") / "__init__.py"
             path.parent.mkdir(parents=True, exist_ok=True)
+        if module_name == "vllm.plugins":
             lines.append(_PLUGINS_BODY)
         for name, params in content["functions"].items():
             if module_name != "vllm.plugins":

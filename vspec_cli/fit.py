@@ -56,8 +56,10 @@ def fit_file(
     samples = read_samples(samples_path)
     meta = profile_meta(spec=spec, settings=(manifest or {}).get("settings"), samples_path=samples_path,
                         manifest_path=manifest_path if manifest else None, profile_path=profile_path)
+    requested = ((manifest or {}).get("settings") or {}).get("batches")
     result = fit_samples(samples, model_drafter=method in METHODS_WITH_DRAFTER, max_gamma=max_gamma,
-                         holdout_every=holdout_every, with_table=with_table, meta=meta, source=str(samples_path))
+                         holdout_every=holdout_every, with_table=with_table, table_batches=requested, meta=meta,
+                         source=str(samples_path))
     document = profile_document(result)
     write_json(profile_path, document)
     return result, document

@@ -101,7 +101,7 @@ def collect(
     if dry_run:
         _render_plan(plan, json_out)
         return
-    summary = _collect_and_fit(plan)
+    summary = _collect_and_fit(plan, render=not json_out)
     if json_out:
         _output.print_json("profile-collect", summary)
 
@@ -120,7 +120,7 @@ def _render_plan(plan, json_out: bool) -> None:
         _output.stdout.print(f"would {line}", highlight=False)
 
 
-def _collect_and_fit(plan) -> dict[str, Any]:
+def _collect_and_fit(plan, render: bool) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from vspec_cli.fit import fit_file, render_fit
@@ -186,7 +186,8 @@ def _collect_and_fit(plan) -> dict[str, Any]:
     manifest["fit"] = {key: fit_result.summary()[key] for key in ("samples", "holdout", "heldout_median_ape",
                                                                    "train_median_ape", "heldout_median_ape_by_k")}
     write_json(plan.manifest_path, manifest)
-    render_fit(fit_result, plan.profile_path)
+    if render:
+        render_fit(fit_result, plan.profile_path)
     _output.hint(f"wrote {plan.samples_path} and {plan.manifest_path} (engine log: {plan.log_path})")
     return {"profile_path": str(plan.profile_path), "manifest_path": str(plan.manifest_path),
             "samples_path": str(plan.samples_path), "profile": document, "fit": fit_result.summary()}
@@ -231,8 +232,8 @@ def show(
     if plot is not None:
         from vspec_cli.profiling.plot import plot_profile
 
-        title = f"{profile.name}: " + ", ".join(str(latency.meta[k]) for k in ("target_model", "method", "device")
-                                                if latency.meta.get(k))
+        described = [str(latency.meta[k]) for k in ("target_model", "method", "device") if latency.meta.get(k)]
+        title = profile.name + (": " + ", ".join(described) if described else "")
         plot_profile(latency, points, measured, plot, title=title)
     if json_out:
         _output.print_json("profile", {

@@ -92,6 +92,8 @@ class AdaptiveController:
         self.steps = 0
         self.switches = 0
         self.selections: Counter[int] = Counter()
+        self.confidence_cut_requests = 0  # request-steps whose draft confidence stop cut
+        self.confidence_dropped_drafts = 0  # drafts those cuts removed before verification
         self._trace: Optional[IO[str]] = self._open_trace(spec.adaptive.trace)
         self._samples: Optional[IO[str]] = self._open_trace(spec.adaptive.samples)
         # Context lengths cost a pass over the batch: only gathered when a consumer needs them.
@@ -168,6 +170,18 @@ class AdaptiveController:
                 self._last_reward = feedback.committed_tokens / interval_ms
         self._maybe_publish(force=idle_after)
 
+    def observe_confidence_cuts(self, gamma: int, kept: dict[str, int]) -> None:
+        """Confidence stop cut these requests' drafts (request id -> drafts kept of ``gamma``)."""
+        if not kept:
+            return
+        dropped = sum(gamma - length for length in kept.values())
+        self.confidence_cut_requests += len(kept)
+        self.confidence_dropped_drafts += dropped
+        if self._trace is not None:
+            line = {"step": self.steps, "time": round(self.clock(), 6), "event": "confidence-stop",
+                    "gamma": gamma, "kept": kept, "dropped": dropped}
+            self._trace.write(json.dumps(line) + "\n")
+
     # --- bookkeeping ----------------------------------------------------------------------------
 
     def _record_decision(self, decision: Decision, batch_size: int) -> None:
@@ -226,6 +240,8 @@ class AdaptiveController:
             "rewards": {str(k): v for k, v in (decision.rewards if decision else {}).items()},
             "faulted": bool(getattr(self.policy, "faulted", False)),
             "relaxed": self.spec.relaxed.enabled,
+            "confidence_cut_requests": self.confidence_cut_requests,
+            "confidence_dropped_drafts": self.confidence_dropped_drafts,
         }
 
     def _maybe_publish(self, force: bool = False) -> None:

@@ -34,7 +34,9 @@ class AdaptiveScheduler(Scheduler):
         self._vspec: Optional[AdaptiveController] = None
         self._vspec_faulted = False
         self._vspec_scheduled_at: deque[tuple[int, float]] = deque(maxlen=8)
+        self._vspec_drafting_k = 0  # K the drafter was asked for in the step just scheduled
         spec = active_spec()
+        self._vspec_counts_cuts = bool(spec is not None and spec.adaptive.entropy_stop)
         if spec is None or not spec.adaptive_active:
             logger.warning("vspec scheduler loaded without an adaptive vspec spec: behaving like vLLM's Scheduler")
             return
@@ -64,6 +66,7 @@ class AdaptiveScheduler(Scheduler):
         output = super().schedule(*args, **kwargs)
         if self._vspec is not None:
             self._vspec_scheduled_at.append((id(output), started))
+            self._vspec_drafting_k = output.num_spec_tokens_to_schedule
         return output
 
     def update_from_output(self, scheduler_output, model_runner_output):  # type: ignore[override]
@@ -72,6 +75,27 @@ class AdaptiveScheduler(Scheduler):
             completed = time.perf_counter()
             self._guarded(lambda: self._observe(scheduler_output, model_runner_output, completed))
         return result
+
+    # --- confidence stop: count per-request cuts (the cut itself happens in the worker) ----------
+
+    def update_draft_token_ids(self, draft_token_ids):  # type: ignore[override]
+        """The worker-side patch (vspec_runtime/patches/gpu_model_runner.py) already trimmed each
+        request's drafts; a list shorter than the K asked for is a confidence cut. Counted here
+        because the trace lives in this process."""
+        if self._vspec is not None and self._vspec_counts_cuts:
+            self._guarded(lambda: self._count_confidence_cuts(draft_token_ids))
+        super().update_draft_token_ids(draft_token_ids)
+
+    def _count_confidence_cuts(self, draft_token_ids) -> None:
+        asked = self._vspec_drafting_k
+        kept: dict[str, int] = {}
+        for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
+            request = self.requests.get(req_id)
+            if request is None or request.is_finished() or request.is_prefill_chunk:
+                continue
+            if 0 < len(drafts) < asked:
+                kept[req_id] = len(drafts)
+        self._vspec.observe_confidence_cuts(asked, kept)
 
     def shutdown(self) -> None:
         if self._vspec is not None:

@@ -30,6 +30,7 @@ FEATURES = ("core", "adaptive", *METHODS)
 CORE = ("core",)
 ADAPTIVE = ("adaptive",)
 EAGLE = ("eagle", "eagle3")
+DRAFTERS = ("draft", "eagle", "eagle3")  # methods with a model drafter (confidence stop, relaxed acceptance)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,41 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.plugins:load_general_plugins", "function", "vLLM calls vspec's register() through it in every process", (), CORE),
     Sym("vllm.plugins:load_plugins_by_group", "function", "`vspec doctor` uses it to confirm vLLM loads the plugin", ("group",), CORE),
     Sym("vllm.general_plugins", "entry-point-group", "the entry-point group vspec_runtime.plugin:register is published under", None, CORE),
+    # --- Qwen2 EAGLE-1 heads (vspec_runtime/models/qwen2_eagle.py, registered by vspec_runtime/models) ---
+    Sym("vllm.model_executor.models:ModelRegistry.get_supported_archs", "function", "Qwen2 EAGLE architectures are registered only where vLLM lacks them", (), ("eagle",)),
+    Sym("vllm.transformers_utils.configs.eagle:EAGLEConfig", "class", "renames a head's architecture X to EagleX under method=eagle: the aliases vspec registers", ("model", "truncated_vocab_size", "method"), ("eagle",)),
+    Sym("vllm.model_executor.models.qwen2:Qwen2ForCausalLM", "class", "the Qwen2 EAGLE head subclasses it for its interfaces and compute_logits", ("vllm_config", "prefix"), ("eagle",)),
+    Sym("vllm.model_executor.models.qwen2:Qwen2DecoderLayer", "class", "the Qwen2 EAGLE head's layers (q/k/v biases)", ("config", "cache_config", "quant_config", "prefix"), ("eagle",)),
+    Sym("vllm.model_executor.models.qwen2:Qwen2DecoderLayer.input_layernorm", "attribute", "removed on the first EAGLE-1 layer", None, ("eagle",)),
+    Sym("vllm.model_executor.models.qwen2:Qwen2Attention.qkv_proj", "attribute", "its bias is zero-filled when a Qwen2 EAGLE head has none", None, ("eagle",)),
+    Sym("vllm.model_executor.models.qwen2:Qwen2Model.hf_to_vllm_mapper", "attribute", "q/k/v and gate/up checkpoint names -> vLLM's fused layers", None, ("eagle",)),
+    Sym("vllm.model_executor.models.utils:AutoWeightsLoader", "class", "loads the Qwen2 EAGLE head's weights", ("module",), ("eagle",)),
+    Sym("vllm.model_executor.models.utils:process_eagle_weight", "function", "marks a head with its own embed_tokens so the proposer shares the rest", ("model", "name"), ("eagle",)),
+    Sym("vllm.model_executor.models.utils:get_draft_quant_config", "function", "the Qwen2 EAGLE head uses the drafter's quantization config", ("vllm_config",), ("eagle",)),
+    Sym("vllm.model_executor.layers.linear:ReplicatedLinear", "class", "the EAGLE fc over cat[embed, hidden]", ("input_size", "output_size", "bias"), ("eagle",)),
+    Sym("vllm.compilation.decorators:support_torch_compile", "function", "the Qwen2 EAGLE head compiles like vLLM's Llama one", None, ("eagle",)),
+    Sym("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer._maybe_share_lm_head", "function", "a Qwen2 EAGLE head predicts through the target's LM head", ("target_language_model",), ("eagle",)),
+    # --- confidence stop (vspec_runtime/patches/llm_base_proposer.py, patches/gpu_model_runner.py) ---
+    Sym("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose", "function", "patched (confidence stop): per-request keep lengths from the drafts' entropies", ("num_speculative_tokens",), DRAFTERS),
+    Sym("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer._greedy_sample", "function", "patched (confidence stop): same argmax, plus the top-k entropy of the logits", ("hidden_states",), DRAFTERS),
+    Sym("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.use_local_argmax_reduction", "attribute", "confidence stop records no entropy in this mode", None, DRAFTERS),
+    Sym("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.use_heterogeneous_vocab", "attribute", "confidence stop records no entropy in this mode", None, DRAFTERS),
+    Sym("vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.vllm_config", "attribute", "confidence stop warns when async scheduling makes it inert", None, DRAFTERS),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.take_draft_token_ids", "function", "patched (confidence stop): trims each request's drafts before the scheduler", (), DRAFTERS),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.drafter", "attribute", "where the confidence-stop keep lengths wait for take_draft_token_ids", None, DRAFTERS),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner._draft_token_ids", "attribute", "the drafts a confidence cut belongs to", None, DRAFTERS),
+    Sym("vllm.v1.outputs:DraftTokenIds.draft_token_ids", "field", "the per-request draft lists confidence stop trims", None, DRAFTERS),
+    Sym("vllm.v1.request:Request.is_prefill_chunk", "attribute", "the scheduler counts confidence cuts only for decoding requests", None, ADAPTIVE),
+    # --- relaxed acceptance (vspec_runtime/patches/rejection_sampler.py, patches/gpu_model_runner.py) ---
+    Sym("vllm.v1.sample.rejection_sampler:rejection_sample", "function", "patched (relaxed acceptance): accepts near-miss greedy drafts", ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata"), DRAFTERS),
+    Sym("vllm.v1.sample.metadata:SamplingMetadata.all_greedy", "field", "relaxed acceptance: greedy rows only", None, DRAFTERS),
+    Sym("vllm.v1.sample.metadata:SamplingMetadata.all_random", "field", "relaxed acceptance: nothing to relax when every request samples", None, DRAFTERS),
+    Sym("vllm.v1.sample.metadata:SamplingMetadata.temperature", "field", "relaxed acceptance: temperature 0 marks a greedy request", None, DRAFTERS),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner._sample", "function", "patched (relaxed acceptance): publishes tokens generated per request", ("logits", "spec_decode_metadata"), DRAFTERS),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.input_batch", "attribute", "relaxed acceptance reads per-request token counts from it", None, DRAFTERS),
+    Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_reqs", "attribute", "requests in the batch (relaxed acceptance gate)", None, DRAFTERS),
+    Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_tokens_no_spec", "attribute", "prompt + generated tokens per request (relaxed acceptance gate)", None, DRAFTERS),
+    Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_prompt_tokens", "attribute", "prompt tokens per request (relaxed acceptance gate)", None, DRAFTERS),
 )
 
 

@@ -84,7 +84,8 @@ def k_over_time(runs: list[EngineRun], path: Path, title: str) -> Path | None:
                     label=f"repeat {run.repeat + 1}")
         ax.set_ylabel("K")
         ax.set_title(policy, fontsize=10)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.set_ylim(-0.3, max(line["gamma"] for run in mine for line in run.trace) + 1.2)
+        ax.legend(fontsize=7, loc="lower right")
     axes.flat[-1].set_xlabel("seconds since the first phase (cells shaded as in the first repeat)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -102,5 +103,5 @@ def _shade_cells(ax, run: EngineRun) -> None:
     for index, (cell, (start, end)) in enumerate(spans.items()):
         if index % 2:
             ax.axvspan(start, end, color="0.92", linewidth=0)
-        ax.text((start + end) / 2, 1.0, cell, transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                fontsize=7)
+        ax.text((start + end) / 2, 0.97, cell, transform=ax.get_xaxis_transform(), ha="center", va="top",
+                fontsize=7, color="0.35")

@@ -127,8 +127,8 @@ def fmt_spread(row: dict[str, Any]) -> str:
     return f"{row['tok_s_min']:.1f}-{row['tok_s_max']:.1f}"
 
 
-TABLE_COLUMNS = ("cell", "policy", "tok/s", "min-max", "x target-only", "x best fixed", "accept len",
-                 "K chosen (share of steps)", "= target-only")
+TABLE_COLUMNS = ("cell", "policy", "tok/s", "min-max", "x target", "x best fixed", "acc. len",
+                 "K chosen (% of steps)", "same tokens")
 
 
 def table_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
@@ -183,7 +183,7 @@ def markdown(document: dict[str, Any]) -> str:
     failed = [r for r in document["runs"] if not r["ok"]]
     if failed:
         out += ["", "## Failed engine runs", ""]
-        out += [f"- {r['policy']} repeat {r['repeat']}: see {r['log']}" for r in failed]
+        out += [f"- {r['policy']} repeat {r['repeat']}: {r['error']} (log: {r['log']})" for r in failed]
     if document["files"].get("plots"):
         out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in document["files"]["plots"]]
     return "\n".join(out) + "\n"

@@ -8,6 +8,7 @@ repeats so slow drift of a shared machine does not always favour the same policy
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -133,7 +134,7 @@ def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: 
     wall = time.perf_counter() - started
     run = EngineRun(policy.label, repeat, position, ok=False, wall_s=wall, log=str(log_file))
     if returncode != 0 or not result_file.exists():
-        run.error = f"engine exited with status {returncode}; last log lines:\n" + _tail(log_file)
+        run.error = f"engine exited with status {returncode}: {_root_cause(log_file)}"
         return run
     result = json.loads(result_file.read_text())
     result_file.unlink()
@@ -155,7 +156,7 @@ def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: 
 def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: Event) -> int:
     command = [sys.executable, "-m", "vspec_cli.benchlib.engine_child", str(request_file), str(result_file)]
     with log_file.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -174,8 +175,17 @@ def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: 
                     proc.wait()
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+_EXCEPTION_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")
+
+
+def _root_cause(path: Path) -> str:
+    """The first exception message in the log (the root cause; later ones are its consequences)."""
     try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return "(no log)"
+        return "no log"
+    for line in text.splitlines():
+        match = _EXCEPTION_LINE.search(line)
+        if match and not re.search(r"root cause|stack trace", match.group(2)):
+            return f"{match.group(1)}: {match.group(2).strip()}"
+    return "see the log"

@@ -40,7 +40,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from vspec_cli._errors import UserInputError
+from vspec_cli._errors import PreconditionError, UserInputError
 from vspec_cli.profiling.samples import Sample, usable
 from vspec_runtime.control.latency_profile import PROFILE_SCHEMA, ComponentLatency, LatencyProfile
 
@@ -167,10 +167,12 @@ def fit_samples(
     max_gamma: Optional[int] = None,
     holdout_every: int = HOLDOUT_EVERY,
     with_table: bool = True,
+    table_batches: Optional[Sequence[int]] = None,
     meta: Optional[dict[str, Any]] = None,
     source: str = "samples",
 ) -> FitResult:
     """Fit the profile; UserInputError (one line) when the samples cannot determine it."""
+    _require_scipy()
     import numpy as np
 
     if max_gamma is not None and max_gamma < 0:
@@ -214,7 +216,7 @@ def fit_samples(
         coef = _weighted_nnls(design[keep], measured[keep])
 
     values = {column.name: float(value) for column, value in zip(columns, coef)}
-    table = measured_table(candidates) if with_table else {}
+    table = measured_table(candidates, table_batches) if with_table else {}
     profile = _profile_from(values, gammas, max_gamma, model_drafter, table, meta or {})
 
     def predict(sample: Sample) -> float:
@@ -240,6 +242,15 @@ def fit_samples(
         points=point_summaries(candidates, predict),
         table=table,
     )
+
+
+def _require_scipy() -> None:
+    try:
+        import numpy  # noqa: F401
+        import scipy.optimize  # noqa: F401
+    except ImportError as exc:
+        raise PreconditionError(f"fitting a profile needs numpy and scipy ({exc.name} is missing)",
+                                hint="pip install 'vspec[bench]'  (or: pip install scipy)") from None
 
 
 def _normalised(design):
@@ -351,11 +362,13 @@ def point_summaries(samples: Sequence[Sample], predict) -> list[PointSummary]:
     return points
 
 
-def measured_table(samples: Sequence[Sample]) -> dict[int, int]:
+def measured_table(samples: Sequence[Sample], batches: Optional[Sequence[int]] = None) -> dict[int, int]:
     """Batch size -> the K with the best measured goodput, for batch sizes measured at every K.
 
     A prior for the profile policy before it has acceptance data; it reflects the acceptance of
-    the workload the collect run used, which the profile's meta records.
+    the workload the collect run used, which the profile's meta records. ``batches``: the batch
+    sizes the run asked for. The smaller batches of a phase's draining tail hold only the requests
+    that happened to finish last, so their goodput says more about those requests than about K.
     """
     gammas = {s.gamma for s in samples}
     if len(gammas) < 2:
@@ -365,6 +378,8 @@ def measured_table(samples: Sequence[Sample]) -> dict[int, int]:
         groups[sample.batch_size][sample.gamma].append(sample)
     table = {}
     for batch, by_gamma in sorted(groups.items()):
+        if batches is not None and batch not in batches:
+            continue
         if set(by_gamma) != gammas or min(len(v) for v in by_gamma.values()) < TABLE_MIN_SAMPLES:
             continue  # a draining tail, not a measured batch size
         goodput = {k: sum(s.committed for s in v) / sum(s.interval_ms for s in v) for k, v in by_gamma.items()}

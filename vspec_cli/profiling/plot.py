@@ -27,12 +27,16 @@ def _pyplot():
     return plt
 
 
-def main_batches(points: Sequence[PointSummary]) -> list[int]:
-    """Batch sizes measured at two or more K with a few samples each (not a draining tail)."""
+def main_batches(points: Sequence[PointSummary], preferred: Optional[Sequence[int]] = None) -> list[int]:
+    """The batch sizes a collect run asked for (``preferred``) when present, else those measured at
+    two or more K with a few samples each (not a draining tail), most samples first."""
     by_batch: dict[int, list[PointSummary]] = defaultdict(list)
     for point in points:
         if point.samples >= MIN_POINT_SAMPLES:
             by_batch[point.batch_size].append(point)
+    chosen = [b for b in (preferred or ()) if len(by_batch.get(b, ())) >= 2]
+    if chosen:
+        return sorted(chosen)[:MAX_BATCH_PANELS]
     ranked = sorted((b for b, ps in by_batch.items() if len(ps) >= 2),
                     key=lambda b: -sum(p.samples for p in by_batch[b]))
     return sorted(ranked[:MAX_BATCH_PANELS])
@@ -41,7 +45,8 @@ def main_batches(points: Sequence[PointSummary]) -> list[int]:
 def plot_profile(profile: LatencyProfile, points: Sequence[PointSummary], samples: Optional[Sequence[Sample]],
                  path: Path, title: str = "") -> Path:
     plt = _pyplot()
-    batches = main_batches(points)
+    requested = profile.meta.get("batches")
+    batches = main_batches(points, requested if isinstance(requested, list) else None)
     panels = 1 + len(batches)
     fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 4.0), squeeze=False)
     axes = axes[0]
@@ -88,7 +93,7 @@ def plot_profile(profile: LatencyProfile, points: Sequence[PointSummary], sample
         axis.set_ylabel("step latency (ms)")
         axis.set_title(f"batch {batch}")
         axis.set_ylim(bottom=0)
-        axis.legend(fontsize=7, loc="upper left")
+        axis.legend(fontsize=7, loc="lower right")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -32,8 +32,11 @@ QWEN2_EAGLE_ARCHITECTURES = (
 )
 
 
-def register_models() -> tuple[str, ...]:
-    """Register what vLLM lacks; returns the architectures registered now (empty when nothing was)."""
+def register_models(spec: object = None) -> tuple[str, ...]:
+    """Register what vLLM lacks; returns the architectures registered now (empty when nothing was).
+
+    ``spec`` is unused: the heads are registered whenever vspec is active, whatever its method,
+    since a plain `vllm serve` under `vspec enable` may serve any of them."""
     from vllm import ModelRegistry
 
     supported = ModelRegistry.get_supported_archs()

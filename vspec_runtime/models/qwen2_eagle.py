@@ -64,7 +64,8 @@ class Qwen2EagleDecoderLayer(Qwen2DecoderLayer):
             self.input_layernorm = nn.Identity()
 
 
-@support_torch_compile
+# Explicit because this module's annotations are strings (the decorator infers from real types).
+@support_torch_compile(dynamic_arg_dims={"input_ids": 0, "positions": -1, "hidden_states": 0})
 class Qwen2EagleModel(nn.Module):
     hf_to_vllm_mapper = Qwen2Model.hf_to_vllm_mapper  # q/k/v -> qkv_proj, gate/up -> gate_up_proj
 

@@ -1,0 +1,215 @@
+"""`vspec bench`: policy and workload parsing, bad input, the statistics, and one real bench on tiny models.
+
+The real bench (marked vllm) checks the results document's shape, that the ratios are computed from
+the medians it reports, and that strict policies reproduce target-only token for token. No timing
+thresholds: on a shared 2-core machine tok/s says nothing about correctness.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run_cli
+from vspec_cli._errors import UserInputError
+from vspec_cli.benchlib import stats
+from vspec_cli.benchlib.policies import parse_policies, policy_spec
+from vspec_cli.benchlib.runner import Cell, EngineRun, build_cells, rotated
+from vspec_cli.workloads import Phase, Workload, load_workload, parse_workloads
+from vspec_runtime.spec import validate_spec
+
+BASE = validate_spec({"target_model": "demo", "method": "ngram", "gamma": 6,
+                      "adaptive": {"enabled": True, "policy": "online", "hysteresis": 0.1}})
+
+
+# --- policies -------------------------------------------------------------------------------------
+
+def test_policy_strings_expand_and_keep_order():
+    labels = [p.label for p in parse_policies("target-only, fixed:1-3, table:8=1,1=6, online, fixed:2")]
+    assert labels == ["target-only", "fixed:1", "fixed:2", "fixed:3", "table:1=6,8=1", "online"]
+
+
+def test_profile_policy_takes_an_existing_file(tmp_path):
+    profile = tmp_path / "p.json"
+    profile.write_text("{}")
+    (policy,) = parse_policies(f"profile:{profile}")
+    assert policy.kind == "profile" and policy.profile == str(profile.resolve())
+
+
+@pytest.mark.parametrize("text", ["bogus", "fixed", "fixed:0", "fixed:3-1", "fixed:x", "fixed:1-99", "table:",
+                                  "table:0=2", "table:a=b", "online:3", "profile:/no/such/file.json", ","])
+def test_bad_policy_strings_are_user_errors(text):
+    with pytest.raises(UserInputError):
+        parse_policies(text)
+
+
+def test_each_policy_gets_its_own_spec(tmp_path):
+    target, fixed, table, online = parse_policies("target-only,fixed:3,table:1=6,8=1,online")
+    assert policy_spec(BASE, target).method == "none" and not policy_spec(BASE, target).adaptive_active
+    fixed_spec = policy_spec(BASE, fixed)
+    assert (fixed_spec.method, fixed_spec.gamma, fixed_spec.adaptive_active) == ("ngram", 3, False)
+    table_spec = policy_spec(BASE, table)
+    assert table_spec.adaptive.policy == "table" and table_spec.adaptive.table == {1: 6, 8: 1}
+    online_spec = policy_spec(BASE, online, trace=tmp_path / "t.jsonl")
+    assert online_spec.gamma == 6 and online_spec.adaptive.policy == "online"
+    assert online_spec.adaptive.hysteresis == 0.1 and online_spec.adaptive.trace == str(tmp_path / "t.jsonl")
+
+
+def test_a_table_beyond_the_max_k_is_refused():
+    (table,) = parse_policies("table:1=9")
+    with pytest.raises(UserInputError, match="table:1=9"):
+        policy_spec(BASE, table)
+
+
+def test_policy_order_rotates_between_repeats():
+    policies = parse_policies("target-only,fixed:1,online")
+    orders = [[p.label for p in rotated(policies, r)] for r in range(3)]
+    assert orders == [["target-only", "fixed:1", "online"], ["fixed:1", "online", "target-only"],
+                      ["online", "target-only", "fixed:1"]]
+
+
+# --- workloads ------------------------------------------------------------------------------------
+
+def test_builtin_workloads_are_deterministic_and_sized_by_batch():
+    for name in ("copy", "chat", "code"):
+        first, again = load_workload(name).phases(4, 2), load_workload(name).phases(4, 2)
+        assert first == again and [len(p.prompts) for p in first] == [4, 4]
+        assert len(set(first[0].prompts + first[1].prompts)) == 8  # rounds use different prompts
+    mixed = load_workload("mixed").phases(8, 1)
+    assert [(p.kind, len(p.prompts)) for p in mixed] == [("copy", 8), ("chat", 4), ("chat", 8), ("copy", 4)]
+
+
+def test_a_prompt_file_is_a_workload(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b"}\n')
+    (workload,) = parse_workloads(str(path))
+    assert workload.name == "mine" and workload.phases(3, 1)[0].prompts == ("a", "b", "a")
+    path.write_text('{"text": "a"}\n')
+    with pytest.raises(UserInputError, match="mine.jsonl:1"):
+        parse_workloads(str(path))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policies", "bogus"], "unknown policy 'bogus'"),
+    (["--workload", "nonsense"], "unknown workload 'nonsense'"),
+    (["--batch", "0"], "--batch"),
+    (["--batch", "1,x"], "--batch"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, args, message):
+    result = run_cli(capsys, "bench", "--preset", "demo", *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("Error:")] == \
+        [result.stderr.splitlines()[0]]
+    assert "Traceback" not in result.stderr
+
+
+# --- statistics (synthetic runs) -----------------------------------------------------------------
+
+def _cell(name: str = "w", batch: int = 2) -> Cell:
+    workload = Workload(name, "", "", lambda b, r: [], 1)
+    return Cell(workload, batch, (Phase(f"{name}#1", name, ("p", "q")),))
+
+
+def _run(policy: str, repeat: int, tokens: int, seconds: float, outputs, drafts=0.0, accepted=0.0,
+         selections=None) -> EngineRun:
+    phase = {"cell": "w@2", "name": "w#1", "kind": "w", "batch": 2, "elapsed_s": seconds, "started_at": 0.0,
+             "ended_at": seconds, "output_tokens": tokens, "selections": selections or {},
+             "counters": {"vllm:spec_decode_num_drafts": drafts, "vllm:spec_decode_num_accepted_tokens": accepted}}
+    return EngineRun(policy, repeat, 0, ok=True, wall_s=1.0, log="", phases=[phase], outputs=[outputs])
+
+
+def test_statistics_ratios_acceptance_histogram_and_equality():
+    policies = parse_policies("target-only,fixed:1,fixed:3,online")
+    same, other = [[1, 2], [3, 4]], [[1, 2], [3, 5]]
+    runs = [
+        _run("target-only", 0, 100, 10.0, same), _run("target-only", 1, 100, 5.0, same),  # 10 and 20 tok/s
+        _run("fixed:1", 0, 100, 4.0, same, drafts=10, accepted=5), _run("fixed:1", 1, 100, 4.0, same),
+        _run("fixed:3", 0, 100, 2.0, same, drafts=10, accepted=20), _run("fixed:3", 1, 100, 2.5, same),
+        _run("online", 0, 100, 2.5, same, drafts=4, accepted=4, selections={"3": 6, "1": 2}),
+        _run("online", 1, 100, 2.5, other, selections={"3": 2}),
+    ]
+    (cell,) = stats.summarise(policies, [_cell()], runs)
+    rows = cell["policies"]
+    assert rows["target-only"]["tok_s_median"] == pytest.approx(15.0)
+    assert rows["target-only"]["ratio_target_only"] == pytest.approx(1.0)
+    assert cell["best_fixed"] == "fixed:3"
+    assert rows["fixed:3"]["tok_s_median"] == pytest.approx(45.0)  # median of 50 and 40
+    assert rows["online"]["ratio_target_only"] == pytest.approx(40.0 / 15.0)
+    assert rows["online"]["ratio_best_fixed"] == pytest.approx(40.0 / 45.0)
+    assert rows["fixed:1"]["acceptance_length"] == pytest.approx(1.5)
+    assert rows["fixed:1"]["k_fixed"] == 1 and rows["fixed:1"]["k_histogram"] is None
+    assert rows["online"]["k_histogram"] == {"1": 2, "3": 8}
+    assert rows["fixed:3"]["matches_target_only"] is True
+    assert rows["online"]["mismatch_rate"] == pytest.approx(0.25) and rows["online"]["matches_target_only"] is False
+    found = {(c["check"], c["ok"]) for c in stats.checks(policies, [cell])}
+    assert found == {("x best fixed K >= 0.98", False), ("x target-only >= 0.97", True)}
+
+
+def test_failed_runs_leave_gaps_not_crashes():
+    policies = parse_policies("target-only,fixed:2")
+    failed = EngineRun("fixed:2", 0, 1, ok=False, wall_s=1.0, log="", error="boom")
+    (cell,) = stats.summarise(policies, [_cell()], [_run("target-only", 0, 10, 1.0, [[1], [2]]), failed])
+    assert cell["policies"]["fixed:2"]["tok_s_median"] is None
+    assert cell["policies"]["fixed:2"]["matches_target_only"] is None and cell["best_fixed"] is None
+
+
+def test_cells_are_workload_by_batch():
+    cells = build_cells(parse_workloads("copy,chat"), [1, 8], rounds=2)
+    assert [c.key for c in cells] == ["copy@1", "copy@8", "chat@1", "chat@8"]
+    assert all(len(c.phases) == 2 for c in cells)
+
+
+# --- one real bench --------------------------------------------------------------------------------
+
+# Repetitive prompts: a random tiny model then gives n-gram matches, so something is drafted.
+TINY_PROMPTS = ["one two three one two three one two three one two",
+                "The quick brown fox jumps over the lazy dog. The quick brown fox"]
+
+
+@pytest.mark.vllm
+def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path):
+    out = tmp_path / "bench"
+    prompts = tmp_path / "tiny.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in TINY_PROMPTS))
+    result = run_cli(
+        capsys, "bench", "--target-model", str(tiny_models["llama"]), "--method", "ngram", "--gamma", "3",
+        "--dtype", "float32", "--device", "cpu", "--max-model-len", "512", "--max-num-seqs", "4",
+        "--gpu-memory-utilization", "0.3", "--adaptive-control-interval", "1", "--adaptive-min-gamma", "0",
+        "--policies", "target-only,online", "--workload", str(prompts), "--batch", "2", "--rounds", "2",
+        "--max-tokens", "24", "--ignore-eos", "--repeats", "1", "--enforce-eager", "--out", str(out), "--json",
+    )
+    assert result.exit_code == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document == json.loads((out / "results.json").read_text()) | {"schema": document["schema"]}
+    assert document["schema"] == "vspec/bench/1"
+    assert {"command", "versions", "machine", "settings", "policies", "workloads", "cells", "checks", "runs",
+            "files"} <= set(document)
+    assert document["command"].startswith("vspec bench ") and "--policies target-only,online" in document["command"]
+    assert document["versions"]["vllm"] and document["machine"]["cpu_count"]
+    assert [p["label"] for p in document["policies"]] == ["target-only", "online"]
+    assert all(p["strict"] for p in document["policies"])
+    assert all(run["ok"] for run in document["runs"]) and len(document["runs"]) == 2
+
+    (cell,) = document["cells"]
+    assert (cell["cell"], cell["workload"], cell["batch"]) == ("tiny@2", "tiny", 2)
+    target, online = cell["policies"]["target-only"], cell["policies"]["online"]
+    assert target["ratio_target_only"] == pytest.approx(1.0)
+    assert online["ratio_target_only"] == pytest.approx(online["tok_s_median"] / target["tok_s_median"])
+    for row in (target, online):
+        assert row["output_tokens"] == 2 * 2 * 24  # batch 2, 2 rounds, ignore_eos
+        assert row["tok_s_min"] <= row["tok_s_median"] <= row["tok_s_max"]
+        assert math.isfinite(row["tok_s_median"]) and row["tok_s_median"] > 0
+        assert row["matches_target_only"] is True and row["mismatch_rate"] == 0.0
+        assert row["sequences_compared"] == 4
+    assert online["drafts"] > 0 and online["acceptance_length"] == pytest.approx(
+        1 + online["accepted_tokens"] / online["drafts"])
+    assert online["k_histogram"] and sum(online["k_histogram"].values()) > 0
+    assert target["k_histogram"] is None and target["acceptance_length"] is None
+
+    assert (out / "results.md").read_text().startswith("# vspec bench results")
+    assert [Path(p).name for p in document["files"]["plots"]] == ["throughput.png", "k_over_time.png"]
+    assert all(Path(p).stat().st_size > 0 for p in document["files"]["plots"])

@@ -1,0 +1,290 @@
+"""Relaxed acceptance (opt-in, changes outputs): vLLM's real verification function, patched.
+
+Unit tests call ``vllm.v1.sample.rejection_sampler.rejection_sample`` itself, patched by
+vspec_runtime/patches/rejection_sampler.py, on small hand-made tensors: a draft inside the margin
+is accepted, a protected token refused, the gates respected, sampled rows untouched, and with the
+rule off or nothing near the top the output is vLLM's bit for bit. One engine-level test shows the
+feature is off by default (greedy output identical to target-only), changes greedy outputs when
+on, and leaves a seeded sampled request exactly as it is without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CACHE, REPO
+
+from vspec_runtime.patches import _base
+from vspec_runtime.patches._relaxed import RelaxedRule, generated_tokens
+
+VOCAB = 8
+BONUS = 7
+
+
+@pytest.fixture(scope="module")
+def sampler_module():
+    import torch  # noqa: F401 - vLLM's CPU kernels need torch loaded first
+    from vllm.platforms import current_platform
+    from vllm.v1.sample import rejection_sampler
+
+    current_platform.register_triton_kernel_overrides()  # the CPU kernels, as a worker does
+    return rejection_sampler
+
+
+@pytest.fixture
+def relaxed(sampler_module):
+    """Apply the real patch with a given rule; restore vLLM's function afterwards."""
+    from vspec_runtime.patches import rejection_sampler as patch
+
+    original = sampler_module.rejection_sample
+
+    def apply(**rule):
+        _base.restore(sampler_module, "rejection_sample")
+        patch.apply(sampler_module, RelaxedRule(**rule))
+        return sampler_module.rejection_sample
+
+    yield apply
+    _base.restore(sampler_module, "rejection_sample")
+    assert sampler_module.rejection_sample is original
+
+
+def metadata(temperatures):
+    import torch
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+
+    count = len(temperatures)
+    all_greedy = all(t == 0 for t in temperatures)
+    return SamplingMetadata(
+        temperature=None if all_greedy else torch.tensor(temperatures, dtype=torch.float32),
+        all_greedy=all_greedy, all_random=all(t > 0 for t in temperatures), top_p=None, top_k=None,
+        generators={}, max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+        frequency_penalties=torch.zeros(count), presence_penalties=torch.zeros(count),
+        repetition_penalties=torch.ones(count), output_token_ids=[[] for _ in temperatures],
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors())
+
+
+def verify(function, rows, temperatures=None):
+    """rows: per request, a list of (draft token, {token: logit}) positions. Returns output lists."""
+    import torch
+
+    temperatures = temperatures or [0.0] * len(rows)
+    drafts, logits, counts = [], [], []
+    for positions in rows:
+        counts.append(len(positions))
+        for draft, scores in positions:
+            drafts.append(draft)
+            row = torch.zeros(VOCAB)
+            for token, value in scores.items():
+                row[token] = value
+            logits.append(row)
+    target_logits = torch.stack(logits) if logits else torch.zeros(0, VOCAB)
+    cumulative = torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32)
+    bonus = torch.full((len(rows), 1), BONUS, dtype=torch.int64)
+    torch.manual_seed(0)
+    output = function(torch.tensor(drafts, dtype=torch.int32), counts, max(counts), cumulative, None,
+                      target_logits, bonus, metadata(temperatures))
+    return [[t for t in row if t != -1] for row in output.tolist()]
+
+
+# Request 0: position 0 drafts token 2 while the target prefers 1 by 0.5 logits; positions 1 and 2
+# match the target exactly. Strict verification stops at position 0 and emits the target's 1.
+NEAR_MISS_FIRST = [(2, {1: 5.0, 2: 4.5}), (3, {3: 5.0}), (4, {4: 5.0})]
+STRICT = [1]
+RELAXED_ALL = [2, 3, 4, BONUS]
+
+
+def test_strict_vllm_output_is_what_the_cases_assume(sampler_module):
+    assert verify(sampler_module.rejection_sample, [NEAR_MISS_FIRST]) == [STRICT]
+
+
+def test_a_draft_inside_the_margin_is_accepted(relaxed):
+    assert verify(relaxed(margin=1.0), [NEAR_MISS_FIRST]) == [RELAXED_ALL]
+
+
+def test_a_draft_outside_the_margin_is_refused(relaxed):
+    assert verify(relaxed(margin=0.3), [NEAR_MISS_FIRST]) == [STRICT]
+
+
+def test_a_draft_in_the_target_top_k_is_accepted(relaxed):
+    assert verify(relaxed(topk=2), [NEAR_MISS_FIRST]) == [RELAXED_ALL]
+    assert verify(relaxed(topk=1), [NEAR_MISS_FIRST]) == [STRICT]
+
+
+def test_verification_continues_after_a_relaxed_token_and_stops_at_a_real_miss(relaxed):
+    rows = [[(2, {1: 5.0, 2: 4.5}), (5, {3: 9.0}), (4, {4: 5.0})]]  # position 1 is far off
+    assert verify(relaxed(margin=1.0), rows) == [[2, 3]]
+
+
+def test_a_protected_token_is_refused_unless_it_is_the_target_choice(relaxed):
+    assert verify(relaxed(margin=1.0, protected_token_ids=(2,)), [NEAR_MISS_FIRST]) == [STRICT]
+    # Protection only limits relaxation: a protected token the target itself picks is accepted.
+    exact = [(2, {2: 5.0}), (3, {3: 5.0, 2: 4.8})]
+    assert verify(relaxed(margin=1.0, protected_token_ids=(2,)), [exact]) == [[2, 3, BONUS]]
+
+
+def test_the_position_gate(relaxed):
+    assert verify(relaxed(margin=1.0, from_position=1), [NEAR_MISS_FIRST]) == [STRICT]
+    near_miss_second = [(3, {3: 5.0}), (2, {1: 5.0, 2: 4.5}), (4, {4: 5.0})]
+    assert verify(relaxed(margin=1.0, from_position=1), [near_miss_second]) == [[3, 2, 4, BONUS]]
+
+
+def test_the_generated_tokens_gate(relaxed):
+    function = relaxed(margin=1.0, after_tokens=10)
+    assert verify(function, [NEAR_MISS_FIRST]) == [STRICT], "no token counts: the gate must refuse"
+    with generated_tokens([9]):
+        assert verify(function, [NEAR_MISS_FIRST]) == [STRICT]  # 9 tokens precede position 0
+        near_miss_second = [(3, {3: 5.0}), (2, {1: 5.0, 2: 4.5})]
+        assert verify(function, [near_miss_second]) == [[3, 2, BONUS]]  # 10 precede position 1
+    with generated_tokens([10]):
+        assert verify(function, [NEAR_MISS_FIRST]) == [RELAXED_ALL]
+
+
+def test_invalid_drafts_are_never_accepted(relaxed):
+    rows = [[(-1, {1: 5.0}), (3, {3: 5.0})]]  # -1: a draft vLLM invalidated (structured output)
+    assert verify(relaxed(margin=100.0), rows) == [[1]]
+
+
+def test_sampled_requests_keep_strict_verification(relaxed, sampler_module):
+    rows = [NEAR_MISS_FIRST, [(2, {1: 5.0, 2: 4.5}), (3, {3: 5.0})]]
+    temperatures = [0.0, 0.8]  # request 1 samples
+    strict = verify(sampler_module.rejection_sample, rows, temperatures)
+    patched = verify(relaxed(margin=1.0), rows, temperatures)
+    assert patched[0] == RELAXED_ALL
+    assert patched[1] == strict[1], "a sampled request's verification changed"
+    assert verify(relaxed(margin=1.0), rows, [0.8, 0.8]) == verify(sampler_module.rejection_sample, rows, [0.8, 0.8])
+
+
+def test_batches_with_uneven_drafts_touch_only_the_relaxed_rows(relaxed, sampler_module):
+    rows = [[(4, {4: 5.0})], [], NEAR_MISS_FIRST, [(6, {5: 5.0, 6: -3.0})]]
+    strict = verify(sampler_module.rejection_sample, rows)
+    patched = verify(relaxed(margin=1.0), rows)
+    assert patched == [strict[0], strict[1], RELAXED_ALL, strict[3]]
+
+
+def test_nothing_near_the_top_means_vllm_output_bit_for_bit(relaxed, sampler_module):
+    import torch
+
+    torch.manual_seed(3)
+    rows = [[(int(torch.randint(VOCAB, ())), {t: float(torch.randn(())) * 4 for t in range(VOCAB)})
+             for _ in range(3)] for _ in range(5)]
+    strict = verify(sampler_module.rejection_sample, rows)
+    assert verify(relaxed(margin=1e-9), rows) == strict
+    assert verify(relaxed(), rows) == strict  # rule off
+
+
+def test_the_patch_applies_once_keeps_the_original_and_names_drift(sampler_module, monkeypatch):
+    from vspec_runtime import vllm_surface
+    from vspec_runtime.patches import rejection_sampler as patch
+
+    original = sampler_module.rejection_sample
+    try:
+        assert patch.apply(sampler_module, RelaxedRule(margin=1.0)) is True
+        patched = sampler_module.rejection_sample
+        assert patch.apply(sampler_module) is False and sampler_module.rejection_sample is patched
+        assert _base.original_of(sampler_module, "rejection_sample") is original
+        # The drift check still sees vLLM's own signature through the wrapper.
+        sym = next(s for s in vllm_surface.SURFACE if s.target == patch.SYMBOLS[0])
+        assert vllm_surface.problem(sym) is None
+    finally:
+        _base.restore(sampler_module, "rejection_sample")
+    assert sampler_module.rejection_sample is original
+
+    monkeypatch.setattr(vllm_surface, "problem", lambda sym, *a: "rejection_sample takes (x), expected (draft_token_ids, ...)")
+    with pytest.raises(_base.IncompatibleVllm, match="relaxed-acceptance.*rejection_sample takes"):
+        patch.apply(sampler_module, RelaxedRule(margin=1.0))
+    assert sampler_module.rejection_sample is original, "a drifted target must be left untouched"
+
+
+def test_apply_all_enables_relaxed_patches_only_when_asked(monkeypatch):
+    from vspec_runtime import patches
+    from vspec_runtime.spec import RuntimeSpec
+
+    base = {"method": "eagle", "target_model": "t", "drafter": "d"}
+    assert [e.name for e in patches.enabled_for(RuntimeSpec(**base))] == ["qwen2-eagle-models"]
+    on = RuntimeSpec(**base, relaxed={"margin": 1.0})
+    assert {e.name for e in patches.enabled_for(on)} == {"qwen2-eagle-models", "relaxed-acceptance"}
+    gated = RuntimeSpec(**base, relaxed={"topk": 2, "after_tokens": 16})
+    assert "relaxed-acceptance-token-counts" in {e.name for e in patches.enabled_for(gated)}
+
+
+def test_metrics_say_relaxed_acceptance_is_on(monkeypatch, tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from vspec_runtime import metrics
+    from vspec_runtime.controller import AdaptiveController
+    from vspec_runtime.spec import RuntimeSpec
+
+    monkeypatch.setenv("VSPEC_RUN_DIR", str(tmp_path))
+    spec = RuntimeSpec(method="eagle", target_model="t", drafter="d", adaptive={"enabled": True},
+                       relaxed={"margin": 1.0})
+    metrics.publish(AdaptiveController(spec, max_gamma=4, max_batched_tokens=512).snapshot())
+    registry = CollectorRegistry()
+    registry.register(metrics.VspecCollector())
+    text = generate_latest(registry).decode()
+    assert 'relaxed_acceptance="on"' in text and "vspec_relaxed_acceptance_enabled 1.0" in text
+
+
+# --- engine level ----------------------------------------------------------------------------
+
+ENGINE_SCRIPT = r"""
+import json, os, sys
+request = json.load(open(sys.argv[1]))
+os.environ["VSPEC_SPEC"] = json.dumps(request["spec"])
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+from vllm import LLM, SamplingParams
+from vspec_cli.launch import vllm_engine_kwargs
+from vspec_runtime.spec import RuntimeSpec
+spec = RuntimeSpec.model_validate(request["spec"])
+kwargs = vllm_engine_kwargs(spec, request["target"], request["drafter"])
+llm = LLM(**kwargs, enforce_eager=True, seed=0, enable_prefix_caching=False, disable_log_stats=False)
+params = [SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)] * len(request["greedy"])
+params += [SamplingParams(temperature=0.8, seed=7, max_tokens=32, ignore_eos=True)] * len(request["sampled"])
+results = llm.generate(request["greedy"] + request["sampled"], params, use_tqdm=False)
+json.dump([list(r.outputs[0].token_ids) for r in results], open(sys.argv[2], "w"))
+"""
+
+GREEDY = ["one two three one two three one two", "The quick brown fox jumps over the lazy dog. The quick"]
+SAMPLED = ["Paris is the capital of France. Berlin is the capital of"]
+
+
+def engine_outputs(tmp_path: Path, name: str, spec: dict, target: str, drafter: str | None) -> list[list[int]]:
+    request, result = tmp_path / f"{name}.json", tmp_path / f"{name}.result.json"
+    request.write_text(json.dumps({"spec": spec, "target": target, "drafter": drafter,
+                                   "greedy": GREEDY, "sampled": SAMPLED}))
+    env = {k: v for k, v in os.environ.items() if k != "VSPEC_SPEC"}
+    proc = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT, str(request), str(result)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, "\n".join(line for line in proc.stderr.splitlines() if "Error" in line)[-4000:]
+    return json.loads(result.read_text())
+
+
+@pytest.mark.vllm
+def test_engine_relaxed_is_off_by_default_and_changes_only_greedy_outputs_when_on(tiny_models, tmp_path):
+    import tiny_models as tm
+
+    target = str(tiny_models["qwen2"])
+    head = CACHE / "tiny" / "qwen2-eagle"
+    if not (head / "config.json").exists():
+        tm.build_qwen2_eagle_head(head, tiny_models["qwen2"], seed=5)
+    serving = {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3, "max_num_seqs": 8,
+               "device": "cpu"}
+    eagle = {"method": "eagle", "target_model": target, "drafter": str(head), "gamma": 3, "serving": serving}
+
+    target_only = engine_outputs(tmp_path, "none", {"method": "none", "target_model": target, "serving": serving},
+                                 target, None)
+    off = engine_outputs(tmp_path, "off", eagle, target, str(head))
+    # A margin this wide accepts every draft of a random head: the most visible change there is.
+    on = engine_outputs(tmp_path, "on", dict(eagle, relaxed={"margin": 1000.0}), target, str(head))
+
+    greedy = len(GREEDY)
+    assert off[:greedy] == target_only[:greedy], "relaxed acceptance is off by default: lossless"
+    assert on[:greedy] != off[:greedy], "relaxed acceptance on did not change any greedy output"
+    assert on[greedy:] == off[greedy:], "a sampled request changed under relaxed acceptance"
+    assert all(len(ids) == 32 for ids in on)

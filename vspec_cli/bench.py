@@ -103,27 +103,27 @@ def bench(
     settings; every cell (workload x batch) is a few batches submitted at once. Writes results.json,
     results.md and PNG plots to --out; progress goes to stderr, the table (or --json) to stdout.
     """
+    flags = dict(locals())
     from vspec_cli.benchlib import report, session
-    from vspec_cli.benchlib.policies import parse_policies
+    from vspec_cli.benchlib.policies import parse_policies, policy_spec
     from vspec_cli.benchlib.runner import BenchPlan, build_cells
     from vspec_cli.resolve import resolve_model_paths, resolve_spec
     from vspec_cli.serve import prepare_demo_with_progress
     from vspec_cli.workloads import parse_workloads
 
-    flags = dict(locals())
     bench_policies = parse_policies(policies)
     workloads = parse_workloads(workload)
     batches = _parse_batches(batch)
     spec = resolve_spec(preset, str(config) if config else None, overrides_from_flags(flags))
+    for policy in bench_policies:
+        policy_spec(spec, policy)  # every policy's spec validates before any engine starts
+    model_paths = resolve_model_paths(spec, strict=True, prepare_demo=prepare_demo_with_progress)
     out_dir = out or Path("bench-out") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = BenchPlan(
-        base_spec=spec, target_path="", drafter_path=None, policies=bench_policies,
+        base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,
         cells=build_cells(workloads, batches, rounds), repeats=repeats, max_tokens=max_tokens,
         ignore_eos=ignore_eos, out_dir=out_dir, engine_overrides={"enforce_eager": True} if enforce_eager else {},
     )
-    plan.specs()  # every policy's spec validates before any engine starts
-    model_paths = resolve_model_paths(spec, strict=True, prepare_demo=prepare_demo_with_progress)
-    plan.target_path, plan.drafter_path = model_paths.target, model_paths.drafter
     for note in model_paths.notes:
         _output.warn(note)
     top = spec.serving.max_num_seqs

@@ -127,6 +127,7 @@ def _collect_and_fit(plan, render: bool) -> dict[str, Any]:
     from vspec_cli.profiling import manifest as manifest_mod
     from vspec_cli.profiling.collect import phase_record, run_collect
     from vspec_cli.profiling.files import write_json
+    from vspec_cli.profiling.fit import HOLDOUT_EVERY
 
     settings = plan.settings
     started = manifest_mod.now_iso()
@@ -156,7 +157,7 @@ def _collect_and_fit(plan, render: bool) -> dict[str, Any]:
     spec_dict = json.loads(plan.spec.to_json())
     manifest = manifest_mod.build_manifest(
         command=manifest_mod.command_line(),
-        settings={**settings.as_dict(), "holdout_every": 5},
+        settings={**settings.as_dict(), "holdout_every": HOLDOUT_EVERY},
         spec=spec_dict,
         models={"target": plan.target_path, "drafter": plan.drafter_path},
         phases=[phase_record(p, r) for p, r in zip(plan.phases, result["phases"])],

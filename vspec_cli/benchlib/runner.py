@@ -101,6 +101,7 @@ def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
     plan.specs()
     for sub in ("logs", "traces", "outputs", "requests"):
         (plan.out_dir / sub).mkdir(parents=True, exist_ok=True)
+    (plan.out_dir / "runs.jsonl").unlink(missing_ok=True)
     runs = []
     total = len(plan.policies) * plan.repeats
     for repeat in range(plan.repeats):
@@ -112,6 +113,8 @@ def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
             spec = policy_spec(plan.base_spec, policy, trace)
             run = run_engine(plan, policy, spec, repeat, position, on_event)
             runs.append(run)
+            with (plan.out_dir / "runs.jsonl").open("a", encoding="utf-8") as partial:
+                partial.write(json.dumps(run.record()) + "\n")  # survives an interrupted bench
             on_event("engine-done", policy=policy.label, repeat=repeat, ok=run.ok, error=run.error)
     return runs
 

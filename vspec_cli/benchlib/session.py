@@ -6,6 +6,7 @@ Returns the results document; rendering it (terminal table or --json) is the CLI
 from __future__ import annotations
 
 import datetime as _dt
+from pathlib import Path
 from typing import Any
 
 from vspec_cli.benchlib import plots, report, stats
@@ -49,8 +50,8 @@ def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, o
     files: dict[str, Any] = {"results_json": str(out / "results.json"), "results_md": str(out / "results.md"),
                              "plots": [], "logs": str(out / "logs"), "traces": str(out / "traces"),
                              "outputs": str(out / "outputs")}
-    title = f"{plan.base_spec.target_model} ({plan.base_spec.method}), {plan.max_tokens} tokens, " \
-            f"{plan.repeats} repeats"
+    title = f"{Path(plan.base_spec.target_model).name} ({plan.base_spec.method})\n" \
+            f"{plan.max_tokens} tokens, {plan.repeats} repeats"
     if plots.available():
         files["plots"].append(str(plots.throughput(cells, out / "throughput.png", title)))
         k_plot = plots.k_over_time(runs, out / "k_over_time.png", title)

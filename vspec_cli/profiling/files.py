@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,3 +37,7 @@ def load_profile_file(path: Path, serving_max_gamma: Optional[int] = None) -> tu
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(document, indent=2) + "\n")
+    # The atomic write's temp file is private (0600); a profile is meant to be read by others.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)

@@ -173,6 +173,7 @@ class EagleQwen2ForCausalLM(Qwen2ForCausalLM):
                 yield f"model.{name}", tensor
 
         loaded = AutoWeightsLoader(self).load_weights(checkpoint_weights())
+        logger.info("vspec: loaded a Qwen2 EAGLE-1 head (%d layer(s)) as %s", len(self.model.layers), type(self).__name__)
         self._report_defaults(seen, ignored)
         # Filled with zeros or shared from the target after loading: initialised either way.
         loaded |= {name for name, _ in self.named_parameters() if name.endswith(".bias")}

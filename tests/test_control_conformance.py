@@ -45,6 +45,8 @@ FACTORIES = {
     "raw-fixed": lambda: FixedPolicy(MAX_GAMMA),
     "raw-table": lambda: TablePolicy({2: 4, 64: 1}),
     "guarded-fixed": lambda: GuardedPolicy(FixedPolicy(5), safe_gamma=1, max_gamma=MAX_GAMMA),
+    "sweep": lambda: make_policy(AdaptiveSettings(enabled=True, policy="sweep", sweep_gammas=(0, 3, MAX_GAMMA),
+                                                  control_interval=2), MAX_GAMMA),
 }
 
 

@@ -136,7 +136,13 @@ BAD_INPUT = [
     (["demo", "--adaptive-policy", "profile"], "policy 'profile' needs a profile file"),
     (["--target-model", "/nonexistent/model-dir"], "/nonexistent/model-dir does not exist"),
     (["demo", "--method", "draft"], "needs a drafter model"),
+    (["demo", "--adaptive-policy", "profile", "--adaptive-profile", "/nonexistent/p.json"], "/nonexistent/p.json does not exist"),
 ]
+
+
+def test_the_checked_in_demo_profile_is_accepted(capsys):
+    spec = spec_of(plan(capsys, "demo", "--adaptive-policy", "profile", "--adaptive-profile", "profiles/demo-cpu.json"))
+    assert spec.adaptive.policy == "profile"
 
 
 @pytest.mark.parametrize("args,message", BAD_INPUT)

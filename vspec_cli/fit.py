@@ -112,4 +112,4 @@ def fit(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("fit", help=inspect.cleandoc(fit.__doc__) + EXAMPLES)(fit)
+    app.command("fit", help=inspect.cleandoc(fit.__doc__) + "\n" + EXAMPLES)(fit)

@@ -254,6 +254,6 @@ def show(
 
 
 def register(app: typer.Typer) -> None:
-    profile_app.command("collect", help=inspect.cleandoc(collect.__doc__) + COLLECT_EXAMPLES)(collect)
-    profile_app.command("show", help=inspect.cleandoc(show.__doc__) + SHOW_EXAMPLES)(show)
+    profile_app.command("collect", help=inspect.cleandoc(collect.__doc__) + "\n" + COLLECT_EXAMPLES)(collect)
+    profile_app.command("show", help=inspect.cleandoc(show.__doc__) + "\n" + SHOW_EXAMPLES)(show)
     app.add_typer(profile_app, name="profile")

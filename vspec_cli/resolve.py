@@ -49,9 +49,19 @@ def resolve_spec(
             "no target model: give a preset (e.g. `vspec serve demo`) or --target-model PATH",
         )
     try:
-        return validate_spec(merged)
+        spec = validate_spec(merged)
     except SpecError as exc:
         raise UserInputError(str(exc)) from None
+    _preflight_profile(spec)
+    return spec
+
+
+def _preflight_profile(spec: RuntimeSpec) -> None:
+    """A bad profile stops the command here, in one line, not inside the engine after the model loaded."""
+    if spec.adaptive_active and spec.adaptive.policy == "profile" and spec.adaptive.profile:
+        from vspec_cli.profiling.files import load_profile_file
+
+        load_profile_file(Path(spec.adaptive.profile), serving_max_gamma=spec.gamma)
 
 
 def _check_sections(data: dict[str, Any], source: str) -> None:

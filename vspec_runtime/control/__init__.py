@@ -73,7 +73,7 @@ def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] |
         if profile is None:
             raise ValueError("adaptive.profile: policy 'profile' needs a profile (--adaptive-profile PATH)")
         return ProfilePolicy(
-            LatencyProfile.from_dict(profile),
+            LatencyProfile.from_dict(profile, serving_max_gamma=max_gamma),
             max_gamma=max_gamma,
             min_gamma=adaptive.min_gamma,
             max_gamma_step=adaptive.max_gamma_step,

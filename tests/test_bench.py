@@ -213,3 +213,16 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path):
     assert (out / "results.md").read_text().startswith("# vspec bench results")
     assert [Path(p).name for p in document["files"]["plots"]] == ["throughput.png", "k_over_time.png"]
     assert all(Path(p).stat().st_size > 0 for p in document["files"]["plots"])
+
+
+def test_k_over_time_places_decisions_within_cells(tmp_path):
+    from vspec_cli.benchlib import plots
+
+    phases = [{"cell": "a@1", "started_at": 10.0, "ended_at": 12.0}, {"cell": "b@1", "started_at": 12.5, "ended_at": 14.5}]
+    trace = [{"time": 9.0, "gamma": 6}, {"time": 11.0, "gamma": 3}, {"time": 14.0, "gamma": 1}]
+    xs, ys = plots._normalised_steps(trace, plots._cell_spans(phases))
+    assert list(zip(xs, ys)) == [(0.0, 6), (0.5, 3), (1.0, 3), (1.0, 3), (1.75, 1), (2.0, 1)]
+    if plots.available():
+        series = [{"policy": "online", "repeat": 1, "phases": phases, "trace": trace}]
+        assert plots.k_over_time(series, tmp_path / "k.png", "t").stat().st_size > 0
+        assert plots.k_over_time([{**series[0], "trace": []}], tmp_path / "none.png", "t") is None

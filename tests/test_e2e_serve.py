@@ -163,7 +163,7 @@ def test_no_speculation_matches_plain_vllm(tiny_models, tmp_path):
     plain = subprocess.run([sys.executable, "-c", plain_script], capture_output=True, text=True, env=env,
                            timeout=600, cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr[-3000:]
-    plain_texts = json.loads(plain.stdout.split("RESULT", 1)[1])
+    plain_texts = json.loads(plain.stdout.split("RESULT", 1)[1].splitlines()[0])
 
     server = Server(["--target-model", str(model), "--no-speculation", "--dtype", "float32", "--max-model-len", "512",
                      "--gpu-memory-utilization", "0.3", "--served-model-name", "tiny"], {}, tmp_path / "server.log")

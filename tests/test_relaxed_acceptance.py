@@ -5,7 +5,12 @@ vspec_runtime/patches/rejection_sampler.py, on small hand-made tensors: a draft 
 is accepted, a protected token refused, the gates respected, sampled rows untouched, and with the
 rule off or nothing near the top the output is vLLM's bit for bit. One engine-level test shows the
 feature is off by default (greedy output identical to target-only), changes greedy outputs when
-on, and leaves a seeded sampled request exactly as it is without it.
+on, and leaves seeded sampled requests exactly as they are without it.
+
+The engine test sends greedy and sampled requests as separate batches: on vLLM 0.32 CPU, EAGLE
+with greedy and sampled requests in one batch gives greedy rows that differ from target-only and
+between runs even without vspec's patches (seen with vLLM's own Llama EAGLE model too), so a
+mixed batch cannot be a reference. Mixed batches are covered at the function level above.
 """
 
 from __future__ import annotations
@@ -244,20 +249,24 @@ from vspec_runtime.spec import RuntimeSpec
 spec = RuntimeSpec.model_validate(request["spec"])
 kwargs = vllm_engine_kwargs(spec, request["target"], request["drafter"])
 llm = LLM(**kwargs, enforce_eager=True, seed=0, enable_prefix_caching=False, disable_log_stats=False)
-params = [SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)] * len(request["greedy"])
-params += [SamplingParams(temperature=0.8, seed=7, max_tokens=32, ignore_eos=True)] * len(request["sampled"])
-results = llm.generate(request["greedy"] + request["sampled"], params, use_tqdm=False)
-json.dump([list(r.outputs[0].token_ids) for r in results], open(sys.argv[2], "w"))
+outputs = {}
+for kind, params in (("greedy", SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)),
+                     ("sampled", SamplingParams(temperature=0.8, seed=7, max_tokens=32, ignore_eos=True))):
+    if request[kind]:  # one batch per kind (see the test's docstring)
+        results = llm.generate(request[kind], params, use_tqdm=False)
+        outputs[kind] = [list(r.outputs[0].token_ids) for r in results]
+json.dump(outputs, open(sys.argv[2], "w"))
 """
 
 GREEDY = ["one two three one two three one two", "The quick brown fox jumps over the lazy dog. The quick"]
-SAMPLED = ["Paris is the capital of France. Berlin is the capital of"]
+SAMPLED = ["Paris is the capital of France. Berlin is the capital of", "def add(a, b):\n    return a + b\n"]
 
 
-def engine_outputs(tmp_path: Path, name: str, spec: dict, target: str, drafter: str | None) -> list[list[int]]:
+def engine_outputs(tmp_path: Path, name: str, spec: dict, target: str, drafter: str | None,
+                   sampled: bool = True) -> dict[str, list[list[int]]]:
     request, result = tmp_path / f"{name}.json", tmp_path / f"{name}.result.json"
     request.write_text(json.dumps({"spec": spec, "target": target, "drafter": drafter,
-                                   "greedy": GREEDY, "sampled": SAMPLED}))
+                                   "greedy": GREEDY, "sampled": SAMPLED if sampled else []}))
     env = {k: v for k, v in os.environ.items() if k != "VSPEC_SPEC"}
     proc = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT, str(request), str(result)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -278,13 +287,12 @@ def test_engine_relaxed_is_off_by_default_and_changes_only_greedy_outputs_when_o
     eagle = {"method": "eagle", "target_model": target, "drafter": str(head), "gamma": 3, "serving": serving}
 
     target_only = engine_outputs(tmp_path, "none", {"method": "none", "target_model": target, "serving": serving},
-                                 target, None)
+                                 target, None, sampled=False)
     off = engine_outputs(tmp_path, "off", eagle, target, str(head))
     # A margin this wide accepts every draft of a random head: the most visible change there is.
     on = engine_outputs(tmp_path, "on", dict(eagle, relaxed={"margin": 1000.0}), target, str(head))
 
-    greedy = len(GREEDY)
-    assert off[:greedy] == target_only[:greedy], "relaxed acceptance is off by default: lossless"
-    assert on[:greedy] != off[:greedy], "relaxed acceptance on did not change any greedy output"
-    assert on[greedy:] == off[greedy:], "a sampled request changed under relaxed acceptance"
-    assert all(len(ids) == 32 for ids in on)
+    assert off["greedy"] == target_only["greedy"], "relaxed acceptance is off by default: lossless"
+    assert on["greedy"] != off["greedy"], "relaxed acceptance on did not change any greedy output"
+    assert on["sampled"] == off["sampled"], "a sampled request changed under relaxed acceptance"
+    assert all(len(ids) == 32 for ids in on["greedy"] + on["sampled"])

@@ -9,8 +9,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from vspec_cli.benchlib.runner import EngineRun
-
 
 def available() -> bool:
     try:
@@ -57,36 +55,40 @@ def throughput(cells: list[dict[str, Any]], path: Path, title: str) -> Path:
     return path
 
 
-def k_over_time(runs: list[EngineRun], path: Path, title: str) -> Path | None:
-    """K the controller chose against seconds since the first phase, phases shaded by cell."""
-    traced = [r for r in runs if r.ok and r.trace and r.phases]
-    policies = list(dict.fromkeys(r.policy for r in traced))
+def k_over_time(series: list[dict[str, Any]], path: Path, title: str) -> Path | None:
+    """K the controller chose during each cell, one line per repeat.
+
+    ``series``: {"policy", "repeat" (1-based), "phases" (as in results.json runs), "trace"}. The x axis
+    gives every cell the same width and places a decision by its time within the cell, so repeats line
+    up even when a shared machine stalled one of them.
+    """
+    series = [s for s in series if s.get("trace") and s.get("phases")]
+    policies = list(dict.fromkeys(s["policy"] for s in series))
     if not policies:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(len(policies), 1, figsize=(11, 2.8 * len(policies)), squeeze=False)
     for ax, policy in zip(axes.flat, policies):
-        mine = sorted((r for r in traced if r.policy == policy), key=lambda r: r.repeat)
-        _shade_cells(ax, mine[0])
+        mine = sorted((s for s in series if s["policy"] == policy), key=lambda s: s["repeat"])
+        spans = _cell_spans(mine[0]["phases"])
+        for index, cell in enumerate(spans):
+            if index % 2:
+                ax.axvspan(index, index + 1, color="0.92", linewidth=0)
+            ax.text(index + 0.5, 0.97, cell, transform=ax.get_xaxis_transform(), ha="center", va="top",
+                    fontsize=7, color="0.35")
+        top = 0
         for run in mine:
-            origin = run.phases[0]["started_at"]
-            times = [line["time"] - origin for line in run.trace]
-            gammas = [line["gamma"] for line in run.trace]
-            end = run.phases[-1]["ended_at"] - origin
-            keep = [(t, g) for t, g in zip(times, gammas) if t >= 0]
-            before = [g for t, g in zip(times, gammas) if t < 0]
-            if before:  # K in force when the first phase began
-                keep.insert(0, (0.0, before[-1]))
-            if not keep:
-                continue
-            xs, ys = zip(*keep)
-            ax.step(list(xs) + [end], list(ys) + [ys[-1]], where="post", linewidth=1,
-                    label=f"repeat {run.repeat + 1}")
+            xs, ys = _normalised_steps(run["trace"], _cell_spans(run["phases"]))
+            if xs:
+                ax.step(xs, ys, where="post", linewidth=1, label=f"repeat {run['repeat']}")
+                top = max(top, max(ys))
+        ax.set_xlim(0, len(spans))
+        ax.set_xticks([])
+        ax.set_ylim(-0.3, top + 1.2)
         ax.set_ylabel("K")
         ax.set_title(policy, fontsize=10)
-        ax.set_ylim(-0.3, max(line["gamma"] for run in mine for line in run.trace) + 1.2)
         ax.legend(fontsize=7, loc="lower right")
-    axes.flat[-1].set_xlabel("seconds since the first phase (cells shaded as in the first repeat)")
+    axes.flat[-1].set_xlabel("cells in run order; within a cell, time from its first to its last token")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -94,14 +96,29 @@ def k_over_time(runs: list[EngineRun], path: Path, title: str) -> Path | None:
     return path
 
 
-def _shade_cells(ax, run: EngineRun) -> None:
-    origin = run.phases[0]["started_at"]
-    spans: dict[str, list[float]] = {}
-    for phase in run.phases:
-        span = spans.setdefault(phase["cell"], [phase["started_at"] - origin, 0.0])
-        span[1] = phase["ended_at"] - origin
-    for index, (cell, (start, end)) in enumerate(spans.items()):
-        if index % 2:
-            ax.axvspan(start, end, color="0.92", linewidth=0)
-        ax.text((start + end) / 2, 0.97, cell, transform=ax.get_xaxis_transform(), ha="center", va="top",
-                fontsize=7, color="0.35")
+def _cell_spans(phases: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    spans: dict[str, tuple[float, float]] = {}
+    for phase in phases:
+        start = spans.get(phase["cell"], (phase["started_at"], 0.0))[0]
+        spans[phase["cell"]] = (start, phase["ended_at"])
+    return spans
+
+
+def _normalised_steps(trace: list[dict[str, Any]], spans: dict[str, tuple[float, float]]):
+    """Trace lines -> (x, K) with x = cell index + fraction of that cell's time; the K in force at each cell start."""
+    xs: list[float] = []
+    ys: list[int] = []
+    lines = sorted(trace, key=lambda line: line["time"])
+    for index, (start, end) in enumerate(spans.values()):
+        before = [line["gamma"] for line in lines if line["time"] <= start]
+        if before:
+            xs.append(float(index))
+            ys.append(before[-1])
+        for line in lines:
+            if start < line["time"] <= end:
+                xs.append(index + (line["time"] - start) / max(end - start, 1e-9))
+                ys.append(line["gamma"])
+        if ys:
+            xs.append(index + 1.0)
+            ys.append(ys[-1])
+    return xs, ys

@@ -8,6 +8,7 @@ repeats so slow drift of a shared machine does not always favour the same policy
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -86,6 +87,7 @@ class EngineRun:
     log: str
     error: Optional[str] = None
     engine_ready_s: Optional[float] = None
+    load_average: Optional[list[float]] = None  # 1/5/15-minute load when the engine finished: contention
     phases: list[dict[str, Any]] = field(default_factory=list)  # without outputs
     outputs: list[list[list[int]]] = field(default_factory=list)  # phase -> sequence -> token ids
     trace: Optional[list[dict[str, Any]]] = None
@@ -94,7 +96,7 @@ class EngineRun:
         """What results.json keeps of this run (token ids go to outputs/ instead)."""
         return {"policy": self.policy, "repeat": self.repeat + 1, "position": self.position + 1, "ok": self.ok,
                 "error": self.error, "wall_s": round(self.wall_s, 3), "engine_ready_s": self.engine_ready_s,
-                "log": self.log, "phases": self.phases}
+                "load_average": self.load_average, "log": self.log, "phases": self.phases}
 
 
 def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
@@ -107,7 +109,7 @@ def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
     for repeat in range(plan.repeats):
         for position, policy in enumerate(rotated(plan.policies, repeat)):
             on_event("engine", policy=policy.label, repeat=repeat, index=len(runs), total=total)
-            trace = plan.trace_path(policy, repeat) if policy.adaptive else None
+            trace = plan.trace_path(policy, repeat).resolve() if policy.adaptive else None
             if trace is not None:
                 trace.unlink(missing_ok=True)  # the controller appends
             spec = policy_spec(plan.base_spec, policy, trace)
@@ -136,6 +138,8 @@ def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: 
     returncode = _run_child(request_file, result_file, log_file, on_event)
     wall = time.perf_counter() - started
     run = EngineRun(policy.label, repeat, position, ok=False, wall_s=wall, log=str(log_file))
+    if hasattr(os, "getloadavg"):
+        run.load_average = [round(x, 2) for x in os.getloadavg()]
     if returncode != 0 or not result_file.exists():
         run.error = f"engine exited with status {returncode}: {_root_cause(log_file)}"
         return run

@@ -54,7 +54,8 @@ def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, o
             f"{plan.max_tokens} tokens, {plan.repeats} repeats"
     if plots.available():
         files["plots"].append(str(plots.throughput(cells, out / "throughput.png", title)))
-        k_plot = plots.k_over_time(runs, out / "k_over_time.png", title)
+        series = [{**run.record(), "trace": run.trace} for run in runs if run.ok]
+        k_plot = plots.k_over_time(series, out / "k_over_time.png", title)
         if k_plot:
             files["plots"].append(str(k_plot))
     else:
@@ -66,4 +67,32 @@ def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, o
         checks=found_checks, runs=[r.record() for r in runs], files=files)
     report.write_json(document, out / "results.json")
     write_text_atomic(out / "results.md", report.markdown(document))
+    return document
+
+
+def rerender(out_dir: Path) -> dict[str, Any]:
+    """Redraw the plots and rewrite results.md from a finished bench's results.json and traces/."""
+    import json
+
+    from vspec_cli.benchlib.runner import file_label
+
+    document = json.loads((out_dir / "results.json").read_text())
+    settings = document["settings"]
+    title = f"{Path(settings['target_model']).name} ({settings['method']})\n" \
+            f"{settings['max_tokens']} tokens, {settings['repeats']} repeats"
+    series = []
+    for run in document["runs"]:
+        trace_file = out_dir / "traces" / f"{file_label(run['policy'])}-r{run['repeat']}.jsonl"
+        if run["ok"] and trace_file.exists():
+            trace = [json.loads(line) for line in trace_file.read_text().splitlines() if line.strip()]
+            series.append({**run, "trace": trace})
+    found = []
+    if plots.available():
+        found.append(str(plots.throughput(document["cells"], out_dir / "throughput.png", title)))
+        k_plot = plots.k_over_time(series, out_dir / "k_over_time.png", title)
+        if k_plot:
+            found.append(str(k_plot))
+    document["files"]["plots"] = found
+    report.write_json(document, out_dir / "results.json")
+    write_text_atomic(out_dir / "results.md", report.markdown(document))
     return document

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from typing import Any
 
 from vspec_runtime.control.window import ArmWindow
+
+
+RECENT_COSTS = 32
 
 
 class BucketState:
@@ -27,6 +32,7 @@ class BucketState:
         "target",
         "challenger",
         "challenger_streak",
+        "recent_costs",
     )
 
     def __init__(self, key: int, gamma: int, neighbour: BucketState | None) -> None:
@@ -46,6 +52,9 @@ class BucketState:
         self.target: int | None = None  # where a switch that passed the hysteresis is heading
         self.challenger: int | None = None  # the arm preferred, within the hysteresis, lately
         self.challenger_streak = 0  # consecutive decisions it has been preferred
+        # Per-request step costs of the latest stable steps, any K: the reference that tells a stall
+        # (GC pause, a noisy neighbour, swapping) from a real cost. See OnlinePolicy.observe.
+        self.recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
 
     def measured(self, low: int, high: int) -> dict[int, ArmWindow]:
         return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.total_samples}

@@ -65,6 +65,10 @@ from vspec_runtime.control.window import ArmWindow, bucket_of
 __all__ = ["OnlineConfig", "OnlinePolicy"]
 
 
+STALL_FACTOR = 4.0  # a step slower than this many times the recent median is a stall, not a cost
+ARM_STALL_FACTOR = 2.0  # the same, against the median of steps run with the same K
+
+
 class OnlinePolicy(Policy):
     """Chooses K per step by a bandit over measured goodput; see the module docstring."""
 
@@ -117,8 +121,40 @@ class OnlinePolicy(Policy):
         arm = bucket.arms.get(feedback.gamma)
         if arm is None:
             arm = bucket.arms[feedback.gamma] = ArmWindow(self.config.window)
-        arm.add(feedback.batch_size, feedback.interval_ms, feedback.committed_tokens, self._steps)
+        interval_ms = self._without_stall(bucket, feedback.interval_ms, feedback.batch_size)
+        arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps)
         bucket.samples += 1
+
+    @staticmethod
+    def _clip_stalls(bucket: BucketState) -> None:
+        """Stalls recorded before the bucket had a reference median are clipped once it has one."""
+        recent = bucket.recent_costs
+        bucket_limit = STALL_FACTOR * sorted(recent)[len(recent) // 2] if len(recent) >= 4 else None
+        for arm in bucket.arms.values():
+            if arm.count >= 3:
+                # Steps of one K cost about the same: a sample far above the arm's own median is a stall.
+                median = arm.median_cost()
+                arm.clip_costs(ARM_STALL_FACTOR * median, replacement_ms_per_request=median)
+            elif bucket_limit is not None:
+                arm.clip_costs(bucket_limit)
+
+    @staticmethod
+    def _without_stall(bucket: BucketState, interval_ms: float, batch_size: int) -> float:
+        """Clip a step far slower than the bucket's recent median to STALL_FACTOR times that median.
+
+        One stalled step (a GC pause, a noisy neighbour) would otherwise make its K look useless for
+        a whole window, and a K the policy stops visiting is never measured again. Real cost
+        differences between K values stay well inside the factor, so clipping never hides them.
+        """
+        cost = interval_ms / batch_size
+        recent = bucket.recent_costs
+        clipped = interval_ms
+        if len(recent) >= 4:
+            median = sorted(recent)[len(recent) // 2]
+            if cost > STALL_FACTOR * median:
+                clipped = STALL_FACTOR * median * batch_size
+        recent.append(min(cost, clipped / batch_size))
+        return clipped
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -171,6 +207,7 @@ class OnlinePolicy(Policy):
         low = min(self.config.min_gamma, high)
         current = min(max(bucket.gamma, low), high)
         bucket.visited.add(current)
+        self._clip_stalls(bucket)
         measured = bucket.measured(low, high)
         if current not in measured:
             # Nothing to compare yet: measure the arm we are on first.

@@ -65,6 +65,27 @@ class ArmWindow:
         self.last_step = step
         self.total_samples += 1
 
+    def clip_costs(self, limit_ms_per_request: float, replacement_ms_per_request: float | None = None) -> None:
+        """Rewrite samples costlier than the limit (stalls) as costing ``replacement`` (default: the limit)."""
+        replacement = limit_ms_per_request if replacement_ms_per_request is None else replacement_ms_per_request
+        if not self._samples or self.cost_sum / len(self._samples) <= limit_ms_per_request / len(self._samples):
+            return  # even one sample over the limit would push the mean over limit/count
+        rebuilt = [
+            (requests, replacement * requests if interval_ms > limit_ms_per_request * requests else interval_ms, tokens)
+            for requests, interval_ms, tokens in self._samples
+        ]
+        if rebuilt == list(self._samples):
+            return
+        self._samples = deque(rebuilt)
+        self.interval_ms = sum(interval_ms for _, interval_ms, _ in rebuilt)
+        costs = [interval_ms / requests for requests, interval_ms, _ in rebuilt]
+        self.cost_sum = sum(costs)
+        self.cost_squares = sum(cost * cost for cost in costs)
+
+    def median_cost(self) -> float:
+        costs = sorted(interval_ms / requests for requests, interval_ms, _ in self._samples)
+        return costs[len(costs) // 2] if costs else 0.0
+
     @property
     def count(self) -> int:
         return len(self._samples)

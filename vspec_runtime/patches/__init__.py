@@ -11,12 +11,12 @@ Patches wait for their target module (``_hooks.when_imported``): they are applie
 that imports it (the engine core / worker), so the API server never imports worker code for them.
 Applying twice is harmless: a patched attribute carries a marker and is left alone.
 
-  entry                         kind      target (vLLM)                                  enabled by
-  qwen2-eagle-models            register  ModelRegistry (Qwen2ForCausalLMEagle + aliases) always when active
-  confidence-stop-entropy       patch     SpecDecodeBaseProposer._greedy_sample/.propose  adaptive.entropy_stop
-  confidence-stop-trim          patch     GPUModelRunner.take_draft_token_ids             adaptive.entropy_stop
-  relaxed-acceptance            patch     rejection_sampler.rejection_sample              relaxed.margin / relaxed.topk
-  relaxed-acceptance-token-counts patch   GPUModelRunner._sample                          relaxed + relaxed.after_tokens > 0
+  entry                            kind      vLLM target                                      enabled by
+  qwen2-eagle-models               register  ModelRegistry (Qwen2ForCausalLMEagle + aliases)  always when active
+  confidence-stop-entropy          patch     SpecDecodeBaseProposer._greedy_sample, .propose  adaptive.entropy_stop
+  confidence-stop-trim             patch     GPUModelRunner.take_draft_token_ids              adaptive.entropy_stop
+  relaxed-acceptance               patch     rejection_sampler.rejection_sample               relaxed.margin or .topk
+  relaxed-acceptance-token-counts  patch     GPUModelRunner._sample                           relaxed, after_tokens > 0
 """
 
 from __future__ import annotations

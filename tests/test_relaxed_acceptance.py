@@ -247,6 +247,7 @@ def generate(tmp_path: Path, spec: dict, target: str, drafter: str | None) -> di
     request = {"spec": spec, "target_path": target, "drafter_path": drafter, "chat": False,
                "engine_overrides": {"enforce_eager": True},
                "phases": [{"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True}]}
+    tmp_path.mkdir(parents=True, exist_ok=True)
     result = run_offline(request, tmp_path)
     return {"ids": [out["token_ids"] for out in result["phases"][0]["outputs"]], "controller": result["controller"]}
 

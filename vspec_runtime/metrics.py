@@ -76,6 +76,10 @@ class VspecCollector:
         yield rewards
         yield GaugeMetricFamily("vspec_controller_faulted", "1 when the policy failed and K is frozen",
                                 value=1.0 if snap.get("faulted") else 0.0)
+        yield CounterMetricFamily("vspec_confidence_cut_requests", "Request drafts cut short by the confidence stop",
+                                  value=float(snap.get("confidence_cut_requests", 0)))
+        yield CounterMetricFamily("vspec_confidence_dropped_drafts", "Draft tokens the confidence stop dropped",
+                                  value=float(snap.get("confidence_dropped_drafts", 0)))
         yield GaugeMetricFamily("vspec_relaxed_acceptance_enabled", "1 when relaxed (output-changing) acceptance is on",
                                 value=1.0 if snap.get("relaxed") else 0.0)
 

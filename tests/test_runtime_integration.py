@@ -74,7 +74,12 @@ def test_greedy_output_identical_to_target_only(tiny_models, target_only, tmp_pa
     assert token_ids(result) == token_ids(target_only)
     assert all(len(ids) == MAX_TOKENS for ids in token_ids(result))
     counters = result["counters"]
-    assert counters["vllm:spec_decode_num_drafts"] > 0, "nothing was drafted"
+    if mode == "fixed":
+        assert counters["vllm:spec_decode_num_drafts"] > 0, "nothing was drafted"
+    else:
+        # A random EAGLE head is a useless drafter: the controller may rightly reach K=0 during the
+        # warm-up request, before the counters start. The trace covers the whole engine life.
+        assert any(line["gamma"] > 0 for line in result["trace"]), "the controller never drafted"
     if mode == "adaptive":
         chosen = {line["gamma"] for line in result["trace"]}
         assert len(chosen) > 1, f"the controller never changed K: {chosen}"

@@ -35,22 +35,10 @@ CHAT_PROMPTS = ["Why is the sky blue?", "Give me three ideas for a birthday part
 def truncated_drafter(demo: Path, target: Path, layers: int = 8) -> Path:
     if (target / "config.json").exists():
         return target
-    import shutil
+    sys.path.insert(0, str(REPO / "tests"))
+    from tiny_models import build_truncated_copy
 
-    from safetensors.torch import load_file, save_file
-
-    target.mkdir(parents=True, exist_ok=True)
-    config = json.loads((demo / "config.json").read_text())
-    config["num_hidden_layers"] = layers
-    (target / "config.json").write_text(json.dumps(config, indent=2))
-    tensors = load_file(str(demo / "model.safetensors"))
-    keep = {name: t for name, t in tensors.items()
-            if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers}
-    save_file(keep, str(target / "model.safetensors"))
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
-        if (demo / name).exists():
-            shutil.copy(demo / name, target / name)
-    return target
+    return build_truncated_copy(target, demo, layers)
 
 
 def run(request: dict, out: Path, name: str) -> dict:

@@ -87,15 +87,18 @@ def test_greedy_output_identical_to_target_only(tiny_models, target_only, tmp_pa
         assert sum(result["controller"]["selections"].values()) == result["controller"]["steps"]
 
 
-def test_copy_drafter_is_accepted_and_controller_settles_high(tiny_models, tmp_path):
-    """Drafts from a copy of the target are always right: the controller should end at the top K."""
+def test_copy_drafter_drafts_are_all_accepted(tiny_models, tmp_path):
+    """A draft model that is the target itself is always right: every drafted token is accepted.
+
+    Where K should settle is not asserted here: a copy costs as much per token as the target, so K=0
+    and K=4 tie. tests/test_demo_settle.py checks settling where the answer is clear.
+    """
     target = str(tiny_models["llama"])
     adaptive = dict(ADAPTIVE, trace=str(tmp_path / "trace.jsonl"))
     result = generate(tmp_path, spec("draft", target, target, adaptive), target, target)
     counters = result["counters"]
+    assert counters["vllm:spec_decode_num_draft_tokens"] > 0, "nothing was drafted"
     assert counters["vllm:spec_decode_num_accepted_tokens"] == counters["vllm:spec_decode_num_draft_tokens"]
-    selections = {int(k): v for k, v in result["controller"]["selections"].items()}
-    assert max(selections, key=selections.get) >= 3, selections
 
 
 def test_policy_fault_freezes_k_and_keeps_serving(tiny_models, tmp_path, monkeypatch):

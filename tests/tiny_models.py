@@ -123,3 +123,22 @@ def build_qwen2_eagle_head(target: Path, target_model: Path, seed: int, qkv_bias
     save_file(tensors, str(target / "model.safetensors"))
     config.save_pretrained(target)
     return target
+
+
+def build_truncated_copy(target: Path, source: Path, layers: int) -> Path:
+    """The first `layers` decoder layers of `source` as a draft model: cheap, but wrong most of the time."""
+    from safetensors.torch import load_file, save_file
+
+    target.mkdir(parents=True, exist_ok=True)
+    config = json.loads((source / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    tensors = load_file(str(source / "model.safetensors"))
+    kept = {name: tensor for name, tensor in tensors.items()
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers}
+    save_file(kept, str(target / "model.safetensors"))
+    _copy_tokenizer(source, target)
+    if (source / "generation_config.json").exists():
+        shutil.copy(source / "generation_config.json", target / "generation_config.json")
+    # config.json last: its presence marks the model as complete for the cache check.
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    return target

@@ -312,3 +312,18 @@ def test_config_from_settings():
 def test_zero_max_gamma_always_runs_zero():
     result = run(policy(max_gamma=0), 50, high_acceptance())
     assert set(result.gammas) == {0}
+
+
+def test_acceptance_counts_an_unfilled_budget_as_failures():
+    """n-gram lookup often proposes nothing: a budget K must be judged by what it commits per request."""
+    step = StepFeedback(batch_size=4, gamma=6, drafted=(6, 2), accepted=(6, 1), interval_ms=10.0, stable=True)
+    assert step.acceptance_trials() == ((6, 6, 6, 6), (6, 1, 0, 0))
+    prefill = StepFeedback(batch_size=4, gamma=6, drafted=(6, 2), accepted=(6, 1), interval_ms=10.0, stable=False)
+    assert prefill.acceptance_trials() == ((6, 2), (6, 1))
+
+    policy = OnlinePolicy(max_gamma=4, min_gamma=0)
+    for _ in range(300):
+        # half of the requests find a match and it is always right; the other half propose nothing
+        policy.observe(StepFeedback(batch_size=2, gamma=4, drafted=(4,), accepted=(4,), interval_ms=10.0, stable=True))
+    expected = policy.acceptance.expected_committed_curve()
+    assert expected[4] == pytest.approx(3.0, abs=0.15)  # 1 + 0.5 * 4, not the 5 of the drafts made

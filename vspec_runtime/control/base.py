@@ -40,6 +40,24 @@ class StepFeedback:
         """Tokens that entered the outputs: accepted drafts plus one target token per request."""
         return sum(self.accepted) + self.batch_size
 
+    def acceptance_trials(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(drafted, accepted) per request, as trials of the budget K rather than of the drafts made.
+
+        A drafter may propose fewer than K tokens, or none: n-gram lookup finds no match on most
+        steps of open-ended text. What the policy must predict is what a *budget* K commits per
+        request-step, so on a stable step every request counts as having had K draft positions,
+        and a position it did not fill is a failure. Counting only the drafts made would say that
+        n-gram on chat, whose rare multi-token matches are usually right, gains a lot from a large
+        K, while each step at that K verifies more tokens for about nothing. EAGLE and draft models
+        always fill K, so for them nothing changes. Unstable steps (prefills, a K switch) keep
+        the drafts as made: their budget is not one K.
+        """
+        if not self.stable or self.gamma <= 0 or len(self.drafted) > self.batch_size:
+            return self.drafted, self.accepted
+        missing = self.batch_size - len(self.accepted)
+        accepted = tuple(min(a, self.gamma) for a in self.accepted) + (0,) * missing
+        return (self.gamma,) * self.batch_size, accepted
+
 
 class Policy(abc.ABC):
     """A small state object choosing K. ``choose`` then ``observe``, once per scheduled step."""

@@ -111,8 +111,9 @@ class OnlinePolicy(Policy):
         self._steps += 1
         if feedback.batch_size < 1:
             return
-        if feedback.drafted:
-            self.acceptance.update(feedback.drafted, feedback.accepted)
+        drafted, accepted = feedback.acceptance_trials()
+        if drafted:
+            self.acceptance.update(drafted, accepted)
         if not feedback.stable or not 0 <= feedback.gamma <= self.config.max_gamma:
             return
         if not (math.isfinite(feedback.interval_ms) and feedback.interval_ms > 0.0):

@@ -100,8 +100,9 @@ class ProfilePolicy(Policy):
     def observe(self, feedback: StepFeedback) -> None:
         if feedback.batch_size < 1:
             return
-        if feedback.drafted:
-            self.acceptance.update(feedback.drafted, feedback.accepted)
+        drafted, accepted = feedback.acceptance_trials()
+        if drafted:
+            self.acceptance.update(drafted, accepted)
         if feedback.context_tokens > 0:
             per_request = feedback.context_tokens / feedback.batch_size
             self._context_per_request += 0.1 * (per_request - self._context_per_request)

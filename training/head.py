@@ -70,7 +70,8 @@ class EagleHead(nn.Module):
     def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Neox-style rotary embedding (vLLM's Llama and HF's rotate_half)."""
         freqs = positions[:, None].float() * self.inv_freq[None]
-        cos, sin = torch.cat((freqs, freqs), -1).cos(), torch.cat((freqs, freqs), -1).sin()
+        angles = torch.cat((freqs, freqs), -1)
+        cos, sin = angles.cos(), angles.sin()
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
         return x * cos + rotated * sin

@@ -12,6 +12,7 @@ and transformers share and which works offline once filled; the model folder the
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.resources
 import json
 import os
 import shutil
@@ -297,8 +298,6 @@ def _candidates(name: str, registry: Optional[Path] = None) -> list[tuple[str, P
 
 def packaged_dir(folder: str) -> Path:
     """Where a drafter that ships with vspec lies (a real folder: vLLM needs a path)."""
-    import importlib.resources
-
     return Path(str(importlib.resources.files(DRAFTER_PACKAGE) / folder))
 
 

@@ -67,9 +67,12 @@ def test_converges_to_the_true_rate(rate):
 def test_notices_a_phase_change_within_a_few_dozen_steps():
     stats = AcceptanceStats(6)
     feed(stats, 0.9, gamma=6, steps=300, seed=1)
+    stats.rate(1)
+    assert stats.phase_changes == 0  # a steady phase raises no alarm
     feed(stats, 0.25, gamma=6, steps=40, seed=2)
     assert stats.rate(1) == pytest.approx(0.25, abs=0.1)
     assert stats.expected_committed(6) < 1.6  # 0.9 would give 5.2
+    assert stats.phase_changes >= 1  # what tells the online policy to forget its arm costs
 
 
 def test_undrafted_positions_follow_the_drafted_one():
@@ -107,7 +110,7 @@ def test_summary_is_plain_data():
     stats = AcceptanceStats(3)
     stats.update([3], [1])
     summary = stats.summary()
-    assert set(summary) == {"rates", "evidence_trials", "expected_committed", "total_trials"}
+    assert set(summary) == {"rates", "evidence_trials", "expected_committed", "total_trials", "phase_changes"}
     assert len(summary["expected_committed"]) == 4
 
 

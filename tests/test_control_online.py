@@ -24,6 +24,7 @@ from vspec_runtime.control.simulate import (
     run,
     steps_to_readapt,
     useless_drafter,
+    workload_shift,
 )
 
 CRITERIA_SCENARIOS = {
@@ -70,6 +71,18 @@ def test_readapts_after_a_phase_change(high_first):
         steps = steps_to_readapt(result, scenario, change_step=scenario.steps // 2)
         print(f"phase change (high_first={high_first}) seed={seed}: re-adapted in {steps} steps")
         assert steps is not None and steps <= 120
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_forgets_step_costs_measured_on_another_workload(seed):
+    # Bench order copy@1, copy@8, chat@1, chat@8; chat@8's best is K = 1, which cost more during
+    # copy@8 (the drafter filled its budget there). Without forgetting, seed 0 sat at K = 0 for 296
+    # of chat@8's 300 steps.
+    scenario = workload_shift(cell_steps=300)
+    result = run(policy(seed=seed), None, scenario, seed=seed)
+    chat_at_8 = result.gammas[900:]
+    assert scenario.best_gamma(900) == 1
+    assert chat_at_8.count(1) >= 0.8 * len(chat_at_8), {k: chat_at_8.count(k) for k in set(chat_at_8)}
 
 
 def test_batch_dependent_runs_each_buckets_own_best():

@@ -91,3 +91,12 @@ def test_neighbour_curve_gives_the_slope_of_a_one_arm_bucket():
     assert linear(3) < prediction.optimistic_ms < linear(5)  # the slope may be half as steep
     down = predict_from_neighbour(1, (3, linear(3), linear(3)), neighbour, slope_factor=2.0, tolerance=0.0)
     assert down.optimistic_ms == pytest.approx(linear(3) - 2 * (linear(3) - linear(1)))  # or twice
+
+
+def test_a_smaller_budget_is_never_predicted_to_cost_more_than_a_measured_larger_one():
+    # The demo bench's chat@8 cell: K=4 measured at 16 ms (stale, another workload), K=5 at 12 ms.
+    # The secant through them is clipped flat, which alone would price K=0 at 16 ms, above K=5,
+    # and the policy would never look at the arm that was in fact the best.
+    measured = arms((4, 16.0), (5, 12.0), (6, 15.5))
+    for gamma in range(4):
+        assert predict_cost(gamma, measured, prior_slope_fraction=0.05, tolerance=0.05).point_ms <= 12.0

@@ -71,6 +71,7 @@ class AcceptanceStats:
         "_stale",
         "total_trials",
         "updates",
+        "phase_changes",
     )
 
     def __init__(
@@ -113,6 +114,7 @@ class AcceptanceStats:
         self._stale = True  # rates and E[K] need recomputing before the next read
         self.total_trials = 0.0
         self.updates = 0
+        self.phase_changes = 0  # workload changes noticed (see _adopt_changes); read by the online policy
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -208,6 +210,7 @@ class AcceptanceStats:
             "evidence_trials": [round(trials, 1) for trials in self._trials[1:]],
             "expected_committed": [round(value, 4) for value in self._expected],
             "total_trials": round(self.total_trials, 1),
+            "phase_changes": self.phase_changes,
         }
 
     # -- internals -------------------------------------------------------------------------------
@@ -262,6 +265,7 @@ class AcceptanceStats:
                     self._successes[deeper] = self._trials[deeper] = 0.0
                     self._fast_successes[deeper] = self._fast_trials[deeper] = 0.0
                     self._anchor[deeper] = None
+                self.phase_changes += 1
                 return
 
 

@@ -56,6 +56,15 @@ class BucketState:
         # (GC pause, a noisy neighbour, swapping) from a real cost. See OnlinePolicy.observe.
         self.recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
 
+    def forget_costs(self) -> None:
+        """Drop every arm's measurements (the workload changed); step counts and the stall reference stay."""
+        self.arms.clear()
+        self.rewards = {}
+        self.target = None
+        self.challenger = None
+        self.challenger_streak = 0
+        self.exploring = False
+
     def measured(self, low: int, high: int) -> dict[int, ArmWindow]:
         return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.total_samples}
 

@@ -21,7 +21,7 @@ Two ways to estimate an arm (``model_guided``):
   K when acceptance is obviously high or obviously useless, and an arm that becomes promising later
   (the acceptance model moved) is explored then.
 
-Beyond the reference, two rules keep the estimates honest at little cost:
+Beyond the reference, three rules keep the estimates honest at little cost:
 
 * Thin contenders: a measured arm with fewer than ``confident_samples`` samples whose estimate,
   plus its noise margin, comes within the hysteresis of the best is visited again. Near-tied arms
@@ -29,6 +29,9 @@ Beyond the reference, two rules keep the estimates honest at little cost:
 * Patience: an arm preferred over the current one at ``patience_decisions`` decisions in a row wins
   even inside the hysteresis. Noise alternates the preference, a real gap does not; a fixed 5%
   hysteresis alone would let the policy sit up to 5% below the best forever.
+* Forgetting: when the acceptance model notices a new workload phase, every bucket drops its arm
+  costs and measures again. A step's cost depends on the text too (an n-gram drafter fills its
+  budget on copy and not on chat), and a stale cost that makes an arm look worse is never revisited.
 
 Guard rails: decisions only every ``control_interval`` steps of a bucket ("hold" in between), moves
 of at most ``max_gamma_step`` per decision, a switch between measured arms only when the best UCB
@@ -88,6 +91,7 @@ class OnlinePolicy(Policy):
         self._buckets: dict[int, BucketState] = {}
         self._rng = random.Random(config.seed)
         self._steps = 0
+        self._phase_changes_seen = 0
 
     # -- the Policy interface --------------------------------------------------------------------
 
@@ -98,6 +102,7 @@ class OnlinePolicy(Policy):
             bucket.countdown -= 1
             return self._capped(bucket, bucket.gamma, "hold", cap)
         bucket.countdown = self.config.control_interval - 1
+        self._forget_costs_after_a_phase_change()
         gamma, reason = self._decide(bucket, cap)
         bucket.decisions += 1
         if reason == "warmup":
@@ -125,6 +130,23 @@ class OnlinePolicy(Policy):
         interval_ms = self._without_stall(bucket, feedback.interval_ms, feedback.batch_size)
         arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps)
         bucket.samples += 1
+
+    def _forget_costs_after_a_phase_change(self) -> None:
+        """When the acceptance model notices a new workload phase, every bucket forgets its arm costs.
+
+        A step's cost depends on the text as well as on K: an n-gram drafter fills its budget on
+        copy-like text and leaves most of it empty on chat, and context lengths move with the
+        workload. Costs kept from the old phase mislead the new one. On the demo bench, chat@8 ran
+        K = 5 at 0.70x the best fixed K because K = 0 was predicted from a K = 4 window measured on
+        copy@8. Forgetting costs a few exploration steps per change, and the detector is quiet in a
+        steady phase (no change in 2,000 steps of any steady simulator scenario).
+        """
+        self.acceptance.expected_committed_curve()  # a read runs the change detection
+        if self.acceptance.phase_changes == self._phase_changes_seen:
+            return
+        self._phase_changes_seen = self.acceptance.phase_changes
+        for bucket in self._buckets.values():
+            bucket.forget_costs()
 
     @staticmethod
     def _clip_stalls(bucket: BucketState) -> None:

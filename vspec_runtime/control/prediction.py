@@ -48,6 +48,10 @@ def predict_cost(
     (near_gamma, near_cost), (far_gamma, far_cost) = _secant_pair(gamma, points)
     point = max(near_cost + _slope((near_gamma, near_cost), (far_gamma, far_cost)) * (gamma - near_gamma),
                 _FLOOR_FRACTION * near_cost)
+    # A smaller budget never costs more: no arm above gamma may be cheaper than its prediction. The
+    # secant alone breaks this when the arms disagree (noise, or one measured under other load): with
+    # K=4 at 16 ms and K=5 at 12 ms, it would predict 16 ms for K=0 and never look there.
+    point = min([point] + [cost for gamma_, cost in points if gamma_ > gamma])
     lowest_points = [(gamma_, lowest) for gamma_, _, lowest in measured]
     lowest = max(_convex_lower_bound(gamma, lowest_points), _FLOOR_FRACTION * near_cost)
     return CostPrediction(point, min(point, lowest) / (1.0 + tolerance))

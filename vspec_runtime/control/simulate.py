@@ -94,6 +94,16 @@ class Scenario:
     unstable_rate: float = 0.02  # share of steps flagged unstable besides batch changes
     max_num_batched_tokens: int | None = None
     context_tokens_per_request: int = 512
+    # The step cost can change with the workload too (an n-gram drafter fills its budget on copy-like
+    # text and not on chat): ((start_step, LatencyModel), ...) replace ``latency`` from each start.
+    later_latencies: tuple[tuple[int, LatencyModel], ...] = ()
+
+    def latency_at(self, step: int) -> LatencyModel:
+        latency = self.latency
+        for start, later in self.later_latencies:
+            if step >= start:
+                latency = later
+        return latency
 
     def batch_at(self, step: int) -> int:
         batch = self.batches[0][1]
@@ -111,13 +121,14 @@ class Scenario:
         """The oracle's K at ``step``: best expected goodput for this phase and batch size."""
         batch = self.batch_at(step)
         candidates = range(0, self.max_feasible_gamma(batch) + 1)
-        return best_fixed_gamma(self.acceptance.probabilities(step), self.latency, batch, candidates)
+        return best_fixed_gamma(self.acceptance.probabilities(step), self.latency_at(step), batch, candidates)
 
     def near_best_gammas(self, step: int, tolerance: float = 0.03) -> set[int]:
         """Every K whose expected goodput is within ``tolerance`` of the best, at ``step``."""
         batch = self.batch_at(step)
         curve = goodput_curve(
-            self.acceptance.probabilities(step), self.latency, batch, range(0, self.max_feasible_gamma(batch) + 1)
+            self.acceptance.probabilities(step), self.latency_at(step), batch,
+            range(0, self.max_feasible_gamma(batch) + 1),
         )
         best = max(curve.values())
         return {gamma for gamma, value in curve.items() if value >= (1.0 - tolerance) * best}
@@ -198,7 +209,8 @@ def _simulate_step(scenario, step, batch, decision: Decision, previous_batch, re
     accepted = tuple(accepted_run(uniform, probabilities, gamma) for uniform in uniforms)
     noise = noise_rng.gauss(0.0, 1.0)
     unstable_draw = noise_rng.random()
-    interval_ms = scenario.latency.step_ms(batch, gamma) * max(0.2, 1.0 + scenario.latency.noise * noise)
+    latency = scenario.latency_at(step)
+    interval_ms = latency.step_ms(batch, gamma) * max(0.2, 1.0 + latency.noise * noise)
     # A changed batch means someone was admitted or finished: not a pure decode step.
     stable = batch == previous_batch and unstable_draw >= scenario.unstable_rate
     return StepFeedback(
@@ -233,7 +245,8 @@ class OraclePolicy(Policy):
         self._cache: dict[tuple[int, int], int] = {}
 
     def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
-        key = (self.scenario.acceptance.phase_index(self._step), batch_size)
+        step = self._step
+        key = (self.scenario.acceptance.phase_index(step), self.scenario.latency_at(step), batch_size)
         if key not in self._cache:
             self._cache[key] = self.scenario.best_gamma(self._step)
         return Decision(min(self._cache[key], max_feasible_gamma), "oracle")
@@ -313,6 +326,27 @@ def phase_change(steps: int = 2000, high_first: bool = True) -> Scenario:
         AcceptanceProcess.phased((0, rates[0]), (steps // 2, rates[1])),
         LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=2.0),
         steps=steps,
+    )
+
+
+def workload_shift(cell_steps: int = 300) -> Scenario:
+    """(e) The demo bench's cell order with an n-gram-like drafter: copy@1, copy@8, chat@1, chat@8.
+
+    Copy text is accepted at p = 0.9 and the drafter fills its whole budget; chat at p = 0.3 and it
+    fills less of it, so every K > 0 costs less per step on chat (0.8 ms per verified token past the
+    knee, not 2.0). Best K: 6, 3, 6 (a broad tie), then 1 on chat@8, where K = 1 measured during
+    copy@8 cost 46 ms a step against 36 now: a policy that keeps costs across the change sees K = 1
+    as worse than K = 0 and may never look again.
+    """
+    copy = LatencyModel(base_ms=30.0, verify_ms_per_token=2.0, knee_tokens=8, draft_ms_per_forward=0.0)
+    chat = LatencyModel(base_ms=30.0, verify_ms_per_token=0.8, knee_tokens=8, draft_ms_per_forward=0.0)
+    return Scenario(
+        "workload-shift",
+        AcceptanceProcess.phased((0, 0.9), (2 * cell_steps, 0.3)),
+        copy,
+        batches=((0, 1), (cell_steps, 8), (2 * cell_steps, 1), (3 * cell_steps, 8)),
+        later_latencies=((2 * cell_steps, chat),),
+        steps=4 * cell_steps,
     )
 
 

@@ -46,22 +46,47 @@ def target_config(target: Path) -> dict:
     return config
 
 
-class EagleHead(nn.Module):
-    def __init__(self, config: dict):
+class HeadLayer(nn.Module):
+    """One Llama decoder layer of the head. vLLM gives layer 0 no input norm (the fc output goes in
+    as is); later layers are plain pre-norm layers on the residual stream."""
+
+    def __init__(self, config: dict, first: bool):
         super().__init__()
         hidden, inter = config["hidden_size"], config["intermediate_size"]
-        self.heads, self.kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-        self.head_dim = config.get("head_dim") or hidden // self.heads
+        heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+        head_dim = config.get("head_dim") or hidden // heads
         self.eps = config["rms_norm_eps"]
-        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
-        self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        self.input_layernorm = None if first else nn.Parameter(torch.ones(hidden))
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
         self.post_attention_layernorm = nn.Parameter(torch.ones(hidden))
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+    def attention_input(self, stream: torch.Tensor) -> torch.Tensor:
+        return stream if self.input_layernorm is None else self.rms(stream, self.input_layernorm)
+
+    def finish(self, stream: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = attended.shape
+        h = stream + self.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
+        normed = self.rms(h, self.post_attention_layernorm)
+        return h + self.down_proj(F.silu(self.gate_proj(normed)) * self.up_proj(normed))
+
+
+class EagleHead(nn.Module):
+    def __init__(self, config: dict, layers: int = 1):
+        super().__init__()
+        hidden = config["hidden_size"]
+        self.heads, self.kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+        self.head_dim = config.get("head_dim") or hidden // self.heads
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        self.layers = nn.ModuleList(HeadLayer(config, first=index == 0) for index in range(layers))
         inv_freq = 1.0 / (config["_rope_theta"] ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -76,59 +101,61 @@ class EagleHead(nn.Module):
         rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
         return x * cos + rotated * sin
 
-    def project(self, x: torch.Tensor, positions: torch.Tensor):
+    def project(self, layer: HeadLayer, x: torch.Tensor, positions: torch.Tensor):
         """q (B, heads, T, d) and k, v (B, heads, T, d) with the kv heads repeated for GQA."""
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = layer.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = layer.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = layer.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = self.rope(q, positions), self.rope(k, positions)
         group = self.heads // self.kv_heads
         return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-
-    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        b, _, t, _ = attended.shape
-        h = x + self.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
-        normed = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.post_attention_layernorm
-        return h + self.down_proj(F.silu(self.gate_proj(normed)) * self.up_proj(normed))
 
     # --- chained drafting ------------------------------------------------------------------------
 
     def rollout(self, embeds: torch.Tensor, features: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """Outputs of draft steps 1..steps at every position (B, T, H) each, with vLLM's attention."""
-        b, t, _ = embeds.shape
+        t = embeds.shape[1]
         positions = torch.arange(t)
-        scale = 1.0 / math.sqrt(self.head_dim)
-        keys, values, outputs = [], [], []
+        keys = [[] for _ in self.layers]  # per layer, per step: (B, heads, T, d)
+        values = [[] for _ in self.layers]
+        outputs = []
         inputs = features
         for j in range(1, steps + 1):
-            x = self.fc(torch.cat((embeds, inputs), -1))
-            q, k, v = self.project(x, positions)
-            keys.append(k)
-            values.append(v)
-            # step-1 keys for positions <= i-(j-1)
-            full = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
-            allowed = positions[None, :] <= positions[:, None] - (j - 1)
-            full = full.masked_fill(~allowed, float("-inf"))
-            # then the key of step m at position i-(j-m), for m = 2..j
-            diagonal_scores, diagonal_values = [], []
-            for m in range(2, j + 1):
-                shift = j - m
-                k_m, v_m = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
-                score = (q * k_m).sum(-1, keepdim=True) * scale
-                if shift:
-                    score[:, :, :shift] = float("-inf")
-                diagonal_scores.append(score)
-                diagonal_values.append(v_m)
-            scores = torch.cat([full, *diagonal_scores], -1) if diagonal_scores else full
-            scores = scores.softmax(-1)  # the step's own key (m = j) is always allowed: no empty row
-            attended = torch.matmul(scores[..., :t], values[0])
-            for index, v_m in enumerate(diagonal_values):
-                attended = attended + scores[..., t + index:t + index + 1] * v_m
-            out = self.finish(x, attended)
-            outputs.append(out)
-            inputs = _shift_right(out, 1, dim=1)  # step j+1 at position i reads step j's output at i-1
+            stream = self.fc(torch.cat((embeds, inputs), -1))
+            for index, layer in enumerate(self.layers):
+                q, k, v = self.project(layer, layer.attention_input(stream), positions)
+                keys[index].append(k)
+                values[index].append(v)
+                stream = layer.finish(stream, self.attend(q, keys[index], values[index], positions))
+            outputs.append(stream)
+            inputs = _shift_right(stream, 1, dim=1)  # step j+1 at position i reads step j's output at i-1
         return outputs
+
+    def attend(self, q: torch.Tensor, keys: list, values: list, positions: torch.Tensor) -> torch.Tensor:
+        """Attention of draft step j = len(keys) with vLLM's KV cache pattern (module docstring)."""
+        j, t = len(keys), positions.shape[0]
+        scale = 1.0 / math.sqrt(self.head_dim)
+        # step-1 keys for positions <= i-(j-1)
+        full = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
+        allowed = positions[None, :] <= positions[:, None] - (j - 1)
+        full = full.masked_fill(~allowed, float("-inf"))
+        # then the key of step m at position i-(j-m), for m = 2..j
+        diagonal_scores, diagonal_values = [], []
+        for m in range(2, j + 1):
+            shift = j - m
+            k_m, v_m = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
+            score = (q * k_m).sum(-1, keepdim=True) * scale
+            if shift:
+                score[:, :, :shift] = float("-inf")
+            diagonal_scores.append(score)
+            diagonal_values.append(v_m)
+        scores = torch.cat([full, *diagonal_scores], -1) if diagonal_scores else full
+        scores = scores.softmax(-1)  # the step's own key (m = j) is always allowed: no empty row
+        attended = torch.matmul(scores[..., :t], values[0])
+        for index, v_m in enumerate(diagonal_values):
+            attended = attended + scores[..., t + index:t + index + 1] * v_m
+        return attended
 
 
 def _shift_right(x: torch.Tensor, shift: int, dim: int = 2) -> torch.Tensor:
@@ -152,17 +179,21 @@ def load_target_tensors(target: Path) -> dict[str, torch.Tensor]:
 
 
 def init_from_target(head: EagleHead, tensors: dict[str, torch.Tensor], config: dict) -> None:
-    """The target's last layer with its two output projections zeroed, and fc passing the feature
+    """The target's last layers with their output projections zeroed, and fc passing the feature
     through: the head starts as 'repeat the target's last prediction' and learns the step ahead."""
-    last = f"model.layers.{config['num_hidden_layers'] - 1}."
+    first_source = config["num_hidden_layers"] - len(head.layers)
     with torch.no_grad():
-        for name in ("q_proj", "k_proj", "v_proj"):
-            getattr(head, name).weight.copy_(tensors[last + f"self_attn.{name}.weight"])
-        for name in ("gate_proj", "up_proj"):
-            getattr(head, name).weight.copy_(tensors[last + f"mlp.{name}.weight"])
-        head.post_attention_layernorm.copy_(tensors[last + "post_attention_layernorm.weight"])
-        head.o_proj.weight.zero_()
-        head.down_proj.weight.zero_()
+        for index, layer in enumerate(head.layers):
+            source = f"model.layers.{first_source + index}."
+            for name in ("q_proj", "k_proj", "v_proj"):
+                getattr(layer, name).weight.copy_(tensors[source + f"self_attn.{name}.weight"])
+            for name in ("gate_proj", "up_proj"):
+                getattr(layer, name).weight.copy_(tensors[source + f"mlp.{name}.weight"])
+            layer.post_attention_layernorm.copy_(tensors[source + "post_attention_layernorm.weight"])
+            if layer.input_layernorm is not None:
+                layer.input_layernorm.copy_(tensors[source + "input_layernorm.weight"])
+            layer.o_proj.weight.zero_()
+            layer.down_proj.weight.zero_()
         hidden = config["hidden_size"]
         head.fc.weight.zero_()
         head.fc.weight[:, hidden:] = torch.eye(hidden)
@@ -271,10 +302,10 @@ def train(target: Path, features_file: Path, work: Path, args) -> dict:
     n_val = max(8, int(len(indices) * VALIDATION_SHARE))
     val_idx, train_idx = indices[:n_val], indices[n_val:]
     val_batches = make_batches(lengths, val_idx, args.batch_tokens, random.Random(0))
-    head = EagleHead(config)
+    head = EagleHead(config, layers=args.layers)
     resumed_from = None
     if getattr(args, "resume", False) and (work / "head.pt").exists():
-        head.load_state_dict(torch.load(str(work / "head.pt")))  # continue a finished run (a new schedule)
+        head = load_head(work / "head.pt", config)  # continue a finished run (a new schedule)
         previous = json.loads((work / "train.json").read_text()) if (work / "train.json").exists() else {}
         resumed_from = previous
     else:
@@ -341,19 +372,30 @@ def train(target: Path, features_file: Path, work: Path, args) -> dict:
 # --- export ------------------------------------------------------------------------------------
 
 
+def load_head(path: Path, config: dict) -> EagleHead:
+    """A saved head.pt; its layer count comes from the names (files from before multi-layer heads,
+    whose layer tensors had no "layers.0." prefix, load too)."""
+    state = torch.load(str(path))
+    if "q_proj.weight" in state:
+        state = {name if name.startswith("fc.") else f"layers.0.{name}": tensor for name, tensor in state.items()}
+    layers = len({name.split(".")[1] for name in state if name.startswith("layers.")})
+    head = EagleHead(config, layers=layers)
+    head.load_state_dict(state)
+    return head
+
+
 def checkpoint_tensors(head: EagleHead) -> dict[str, torch.Tensor]:
-    """HF/vLLM names, as EAGLE-1 Llama heads ship them."""
-    names = {
-        "fc.weight": head.fc.weight,
-        "layers.0.self_attn.q_proj.weight": head.q_proj.weight,
-        "layers.0.self_attn.k_proj.weight": head.k_proj.weight,
-        "layers.0.self_attn.v_proj.weight": head.v_proj.weight,
-        "layers.0.self_attn.o_proj.weight": head.o_proj.weight,
-        "layers.0.post_attention_layernorm.weight": head.post_attention_layernorm,
-        "layers.0.mlp.gate_proj.weight": head.gate_proj.weight,
-        "layers.0.mlp.up_proj.weight": head.up_proj.weight,
-        "layers.0.mlp.down_proj.weight": head.down_proj.weight,
-    }
+    """HF/vLLM names, as EAGLE-1 Llama heads ship them (layer 0 has no input_layernorm)."""
+    names = {"fc.weight": head.fc.weight}
+    for index, layer in enumerate(head.layers):
+        prefix = f"layers.{index}."
+        if layer.input_layernorm is not None:
+            names[prefix + "input_layernorm.weight"] = layer.input_layernorm
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            names[prefix + f"self_attn.{name}.weight"] = getattr(layer, name).weight
+        names[prefix + "post_attention_layernorm.weight"] = layer.post_attention_layernorm
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            names[prefix + f"mlp.{name}.weight"] = getattr(layer, name).weight
     return {name: tensor.detach().to(torch.float16).contiguous() for name, tensor in names.items()}
 
 
@@ -361,13 +403,12 @@ def export(target: Path, work: Path, out: Path, args) -> None:
     from safetensors.torch import save_file
 
     config = target_config(target)
-    head = EagleHead(config)
-    head.load_state_dict(torch.load(str(work / "head.pt")))
+    head = load_head(work / "head.pt", config)
     out.mkdir(parents=True, exist_ok=True)
     save_file(checkpoint_tensors(head), str(out / "model.safetensors"), metadata={"format": "pt"})
     head_config = {k: v for k, v in config.items() if not k.startswith("_") and k not in (
         "transformers_version", "_model_name_or_path")}
-    head_config.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], torch_dtype="float16")
+    head_config.update(num_hidden_layers=len(head.layers), architectures=["LlamaForCausalLM"], torch_dtype="float16")
     head_config.pop("dtype", None)
     (out / "config.json").write_text(json.dumps(head_config, indent=2) + "\n")
     history = json.loads((work / "train.json").read_text()) if (work / "train.json").exists() else {}
@@ -381,7 +422,7 @@ def export(target: Path, work: Path, out: Path, args) -> None:
                             f"{args.max_tokens}); the bench's chat prompts are held out",
                  "train_sequences": history.get("train_sequences"), "val_sequences": history.get("val_sequences"),
                  "train_tokens": history.get("train_tokens")},
-        "training": {"steps_ahead": args.steps_ahead, "lr": args.lr, "batch_tokens": args.batch_tokens,
+        "training": {"layers": len(head.layers), "steps_ahead": args.steps_ahead, "lr": args.lr, "batch_tokens": args.batch_tokens,
                      "epochs": args.epochs, "total_steps": history.get("total_steps"),
                      "train_s": history.get("train_s"), "initial_val": history.get("initial_val"),
                      "best_val": history.get("best"), "log": history.get("log")},

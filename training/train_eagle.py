@@ -40,6 +40,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--lr", type=float, default=8e-4)
     parser.add_argument("--batch-tokens", type=int, default=2048)
+    parser.add_argument("--layers", type=int, default=1, help="decoder layers in the head (vLLM runs any number)")
     parser.add_argument("--steps-ahead", type=int, default=3, help="draft steps chained in training")
     parser.add_argument("--time-budget-min", type=float, default=30.0, help="stop training after this long")
     parser.add_argument("--resume", action="store_true", help="train on from --work's head.pt (a new schedule)")

@@ -1,7 +1,7 @@
 """The machinery of `vspec bench` (vspec_cli/bench.py is only its command line).
 
 policies.py     policy strings -> per-policy RuntimeSpecs
-runner.py       cells, the plan, one fresh engine per policy and repeat (engine_child.py in a subprocess)
+runner.py       cells, the plan, one fresh engine per policy and repeat (vspec_cli.offline_run in a subprocess)
 stats.py        per-cell throughput, ratios, acceptance, K histogram, equality, target checks
 report.py       the versioned results document, results.json, results.md
 plots.py        PNG plots

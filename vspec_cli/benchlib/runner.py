@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from vspec_cli.benchlib.engine_child import PROGRESS_MARK
+from vspec_cli.offline_run import PROGRESS_MARK
 from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
 from vspec_cli.workloads import Phase, Workload
 from vspec_runtime.spec import RuntimeSpec
@@ -161,7 +161,7 @@ def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: 
 
 
 def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: Event) -> int:
-    command = [sys.executable, "-m", "vspec_cli.benchlib.engine_child", str(request_file), str(result_file)]
+    command = [sys.executable, "-m", "vspec_cli.offline_run", "--progress", str(request_file), str(result_file)]
     with log_file.open("w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         try:

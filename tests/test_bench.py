@@ -147,6 +147,21 @@ def test_statistics_ratios_acceptance_histogram_and_equality():
     assert rows["online"]["mismatch_rate"] == pytest.approx(0.25) and rows["online"]["matches_target_only"] is False
     found = {(c["check"], c["ok"]) for c in stats.checks(policies, [cell])}
     assert found == {("x best fixed K >= 0.98", False), ("x target-only >= 0.97", True)}
+    assert rows["online"]["ratio_online"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("profile_seconds", "ok"), [(2.5, True), (2.55, True), (2.6, False)])
+def test_a_profile_policy_is_checked_against_online(tmp_path, profile_seconds, ok):
+    # Issue 6's bar: a measured profile should do within 2% of learning online.
+    profile = tmp_path / "p.json"
+    profile.write_text("{}")
+    policies = parse_policies(f"online,profile:{profile}")
+    same = [[1, 2], [3, 4]]
+    runs = [_run("online", 0, 100, 2.5, same), _run(f"profile:{profile}", 0, 100, profile_seconds, same)]
+    (cell,) = stats.summarise(policies, [_cell()], runs)
+    assert cell["policies"][f"profile:{profile}"]["ratio_online"] == pytest.approx(2.5 / profile_seconds)
+    mine = [c for c in stats.checks(policies, [cell]) if c["check"] == "x online >= 0.98"]
+    assert [(c["policy"], c["ok"]) for c in mine] == [(f"profile:{profile}", ok)]
 
 
 def test_failed_runs_leave_gaps_not_crashes():

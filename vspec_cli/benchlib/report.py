@@ -127,7 +127,7 @@ def fmt_spread(row: dict[str, Any]) -> str:
     return f"{row['tok_s_min']:.1f}-{row['tok_s_max']:.1f}"
 
 
-TABLE_COLUMNS = ("cell", "policy", "tok/s", "min-max", "x target", "x best fixed", "acc. len",
+TABLE_COLUMNS = ("cell", "policy", "tok/s", "min-max", "x target", "x best fixed", "x online", "acc. len",
                  "K chosen (% of steps)", "same tokens")
 
 
@@ -138,6 +138,7 @@ def table_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
             best = " (best fixed)" if label == cell["best_fixed"] else ""
             rows.append([cell["cell"], label + best, fmt(row["tok_s_median"], 1), fmt_spread(row),
                          fmt(row["ratio_target_only"], 2, "x"), fmt(row["ratio_best_fixed"], 2, "x"),
+                         fmt(row.get("ratio_online"), 2, "x"),  # absent from results of older versions
                          fmt(row["acceptance_length"], 2), fmt_histogram(row), fmt_equal(row)])
     return rows
 

@@ -55,8 +55,10 @@ class StepFeedback:
         if not self.stable or self.gamma <= 0 or len(self.drafted) > self.batch_size:
             return self.drafted, self.accepted
         missing = self.batch_size - len(self.accepted)
-        accepted = tuple(min(a, self.gamma) for a in self.accepted) + (0,) * missing
-        return (self.gamma,) * self.batch_size, accepted
+        accepted = self.accepted
+        if accepted and max(accepted) > self.gamma:  # rare; max() keeps a batch of 256 cheap otherwise
+            accepted = tuple(min(a, self.gamma) for a in accepted)
+        return (self.gamma,) * self.batch_size, tuple(accepted) + (0,) * missing
 
 
 class Policy(abc.ABC):

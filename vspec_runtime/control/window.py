@@ -30,6 +30,8 @@ class ArmWindow:
         "cost_squares",
         "last_step",
         "total_samples",
+        "_median",
+        "_clipped_with",
     )
 
     def __init__(self, size: int) -> None:
@@ -45,8 +47,13 @@ class ArmWindow:
         self.cost_squares = 0.0
         self.last_step = -1  # policy step of the newest sample
         self.total_samples = 0  # ever, for the UCB count of the bucket
+        # The stall check runs on every arm every step, but only one arm gets a sample per step:
+        # the median and the last clip stay valid until this window changes.
+        self._median: float | None = None
+        self._clipped_with: tuple[float, float] | None = None
 
     def add(self, requests: int, interval_ms: float, tokens: int, step: int) -> None:
+        self._median = self._clipped_with = None
         self._samples.append((requests, interval_ms, tokens))
         self.requests += requests
         self.interval_ms += interval_ms
@@ -68,6 +75,9 @@ class ArmWindow:
     def clip_costs(self, limit_ms_per_request: float, replacement_ms_per_request: float | None = None) -> None:
         """Rewrite samples costlier than the limit (stalls) as costing ``replacement`` (default: the limit)."""
         replacement = limit_ms_per_request if replacement_ms_per_request is None else replacement_ms_per_request
+        if self._clipped_with == (limit_ms_per_request, replacement):
+            return  # clipped with these limits since the last change: nothing left over them
+        self._clipped_with = (limit_ms_per_request, replacement)
         if not self._samples or self.cost_sum / len(self._samples) <= limit_ms_per_request / len(self._samples):
             return  # even one sample over the limit would push the mean over limit/count
         rebuilt = [
@@ -77,14 +87,17 @@ class ArmWindow:
         if rebuilt == list(self._samples):
             return
         self._samples = deque(rebuilt)
+        self._median = None
         self.interval_ms = sum(interval_ms for _, interval_ms, _ in rebuilt)
         costs = [interval_ms / requests for requests, interval_ms, _ in rebuilt]
         self.cost_sum = sum(costs)
         self.cost_squares = sum(cost * cost for cost in costs)
 
     def median_cost(self) -> float:
-        costs = sorted(interval_ms / requests for requests, interval_ms, _ in self._samples)
-        return costs[len(costs) // 2] if costs else 0.0
+        if self._median is None:
+            costs = sorted(interval_ms / requests for requests, interval_ms, _ in self._samples)
+            self._median = costs[len(costs) // 2] if costs else 0.0
+        return self._median
 
     @property
     def count(self) -> int:

@@ -51,6 +51,11 @@ def tiny_models(demo_model_dir) -> dict[str, Path]:
         "llama-draft": lambda p: tm.build_llama(p, demo_model_dir, seed=2, vocab_size=vocab, layers=1),
         "qwen2": lambda p: tm.build_qwen2(p, demo_model_dir, seed=3, vocab_size=vocab),
         "llama-eagle": lambda p: tm.build_llama_eagle_head(p, root / "llama", seed=4),
+        # A sharpened target (a few tokens carry most of each step's mass) for sampled-output statistics,
+        # with a drafter that agrees with it part of the time (its own first layer) and a random EAGLE head.
+        "llama-peaked": lambda p: tm.build_llama(p, demo_model_dir, seed=5, vocab_size=vocab, logit_scale=30.0),
+        "llama-peaked-draft": lambda p: tm.build_truncated_copy(p, root / "llama-peaked", layers=1),
+        "llama-peaked-eagle": lambda p: tm.build_llama_eagle_head(p, root / "llama-peaked", seed=6),
     }
     built = {}
     for name, recipe in recipes.items():

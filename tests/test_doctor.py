@@ -130,6 +130,13 @@ def test_doctor_passes_on_this_machine(capsys):
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
 
 
+def test_doctor_runs_the_sampling_check_on_the_real_cpu_kernel():
+    """vLLM 0.32's CPU expand kernel drops float outputs; doctor runs it and vspec's fix, and says so."""
+    check = doctor.sampling_check()
+    assert check.name == doctor.SAMPLING_CHECK and check.status == "ok", check.reason
+    assert "drops float outputs" in check.reason and "fixes it" in check.reason
+
+
 def test_method_and_adaptive_choose_the_symbols_that_matter():
     eagle = {s.name for s in SURFACE if s.matters_for("eagle", False)}
     adaptive_draft = {s.name for s in SURFACE if s.matters_for("draft", True)}

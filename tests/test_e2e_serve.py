@@ -136,6 +136,38 @@ def test_demo_server_answers_chat_and_speculates(demo_server):
     assert lines and {"step", "batch_size", "gamma", "reason", "reward", "acceptance"} <= set(lines[0])
 
 
+def test_readme_curl_gets_a_sensible_sampled_answer(demo_server):
+    """The README's request as written: no temperature, so vLLM samples at the model's defaults.
+
+    vLLM 0.32 on CPU answered it with junk under speculation (mean target log-probability about -5 nats
+    per token against -1.5 without drafts) until vspec patched its expand kernel. Two answers to the
+    README's question and two sampled copy requests (where n-gram drafting surely runs) are scored by
+    the target's own log-probabilities; speculation must have drafted while they ran."""
+    from openai import OpenAI
+
+    server, _ = demo_server
+    client = OpenAI(base_url=server.base + "/v1", api_key="unused")
+
+    def drafted() -> float:
+        lines = [line for line in http_get(server.base + "/metrics")[1].splitlines()
+                 if line.startswith("vllm:spec_decode_num_draft_tokens")]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    before = drafted()
+    per_token = []
+    copy = "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."
+    for question in ["What is the capital of France?", copy] * 2:
+        reply = client.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": question}], logprobs=True, max_tokens=64)
+        logprobs = [entry.logprob for entry in reply.choices[0].logprobs.content]
+        assert logprobs and reply.choices[0].message.content.strip()
+        per_token.append(sum(logprobs) / len(logprobs))
+    assert drafted() > before, "no drafts while the sampled requests ran: the check proves nothing"
+    mean = sum(per_token) / len(per_token)
+    assert mean > -3.0, f"sampled answers look like junk: mean log-probability {mean:.2f} per token ({per_token})"
+    assert "vspec patch cpu-expand-kernel live" in server.log.read_text()
+
+
 def test_stopping_vspec_serve_leaves_no_process(demo_server):
     server, _ = demo_server
     assert server.descendants, "vLLM's processes were not seen"

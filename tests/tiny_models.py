@@ -39,13 +39,20 @@ def _common(vocab_size: int, hidden: int, layers: int) -> dict:
     )
 
 
-def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 128) -> Path:
+def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 128,
+                logit_scale: float = 1.0) -> Path:
+    """A random Llama. Its next-token distribution is nearly uniform over the whole vocabulary unless
+    ``logit_scale`` sharpens it: at 20 a few tokens carry most of the mass (entropy of a few nats), so a
+    sampled-output test over a few hundred seeds can tell one distribution from another."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(**_common(vocab_size, hidden, layers), bos_token_id=1, eos_token_id=2)
-    return _save(LlamaForCausalLM(config).float(), target, tokenizer_dir)
+    model = LlamaForCausalLM(config).float()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+    return _save(model, target, tokenizer_dir)
 
 
 def build_qwen2(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 128) -> Path:

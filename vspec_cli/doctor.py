@@ -216,6 +216,39 @@ def _state_check() -> Check:
     return Check("state file", "ok", f"{state.state_path()}: {mode}")
 
 
+SAMPLING_CHECK = "sampled requests under speculation"
+
+
+def sampling_check() -> Check:
+    """Run vLLM's CPU expand kernel and vspec's fix on a float input (vspec_runtime/patches/cpu_expand_kernel.py).
+
+    vLLM 0.32's CPU kernel leaves float outputs unwritten, which makes every sampled request with
+    drafts emit junk; the check says whether this vLLM still has the bug and whether the patch fixes it.
+    """
+    try:
+        import torch
+
+        importlib.import_module("vllm._C")  # the CPU ops the kernel calls
+        from vspec_runtime.patches import cpu_expand_kernel as fix
+
+        module = importlib.import_module(fix.TARGET_MODULE)
+        broken = fix.upstream_drops_float_output()
+        fix.apply(module)
+        output = torch.zeros(4)
+        module._expand_kernel_impl(output, torch.tensor([0.5, -1.0]), torch.tensor([1, 4]), -1, 1)
+        fixed = output.tolist() == [0.5, 1.0, 1.0, 1.0]
+    except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash doctor
+        return Check(SAMPLING_CHECK, "warn", f"could not run vLLM's CPU expand kernel here ({type(exc).__name__}: {exc})")
+    if not fixed:
+        return Check(SAMPLING_CHECK, "fail", "vspec's cpu-expand-kernel patch does not fix vLLM's CPU expand kernel: "
+                     "sampled requests with speculation would emit junk; serve greedy only or without speculation")
+    if broken:
+        return Check(SAMPLING_CHECK, "ok", "vLLM's CPU expand kernel drops float outputs (sampled requests with drafts "
+                     "would be junk); vspec's cpu-expand-kernel patch fixes it, checked here")
+    return Check(SAMPLING_CHECK, "ok", "vLLM's CPU expand kernel is correct on floats: the cpu-expand-kernel patch "
+                 "is no longer needed (see docs/patches.md)")
+
+
 def run_doctor(
     method: Optional[str] = None,
     adaptive: bool = False,
@@ -262,6 +295,8 @@ def _checks(method, adaptive, surface, import_module, probe) -> Report:
     for sym in vllm_surface.selected(method, adaptive, surface):
         trouble = vllm_surface.problem(sym, import_module)
         report.checks.append(Check(sym.name, "fail" if trouble else "ok", trouble or f"{sym.kind}: {sym.why}", "vllm-symbol"))
+    if environment["platform"] == "cpu" and method != "none":
+        report.checks.append(sampling_check())
     report.checks.append(_entry_point_check())
     if probe is not None:
         report.checks.append(finish_plugin_probe(probe))

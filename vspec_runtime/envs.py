@@ -34,6 +34,9 @@ ENV_VARS: dict[str, EnvVar] = {
         EnvVar("VSPEC_REGISTRY", str, "Path of the model registry JSON (default: $XDG_CONFIG_HOME/vspec/models.json)."),
         EnvVar("VSPEC_STATE_FILE", str, "Path of the install/enable state TOML (default: $XDG_CONFIG_HOME/vspec/state.toml)."),
         EnvVar("VSPEC_DEBUG", _flag, "Show Python tracebacks for errors (1/true)."),
+        EnvVar("VSPEC_DISABLE_PATCHES", lambda text: tuple(n.strip() for n in text.split(",") if n.strip()),
+               "Comma-separated extension names (docs/patches.md) to leave out, to check whether upstream still needs them. Leaving out `cpu-expand-kernel` brings back junk sampled outputs on CPU."),
+        EnvVar("VSPEC_BENCH_POLICIES", str, "Set by `vspec bench` (interleaved mode): JSON {label: {gamma, adaptive}} of the policies one engine switches between; the active label is read from the file `bench-policy` in VSPEC_RUN_DIR whenever the engine goes idle."),
         EnvVar("VSPEC_FAULT_AFTER_STEPS", int, "Test hook: the policy raises after this many decisions, to exercise fault isolation."),
     )
 }

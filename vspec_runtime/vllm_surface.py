@@ -31,6 +31,7 @@ CORE = ("core",)
 ADAPTIVE = ("adaptive",)
 EAGLE = ("eagle", "eagle3")
 DRAFTERS = ("draft", "eagle", "eagle3")  # methods with a model drafter (confidence stop, relaxed acceptance)
+SPECULATING = ("ngram", "draft", "eagle", "eagle3")  # every speculative method (verification, sampling)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.plugins:load_general_plugins", "function", "vLLM calls vspec's register() through it in every process", (), CORE),
     Sym("vllm.plugins:load_plugins_by_group", "function", "`vspec doctor` uses it to confirm vLLM loads the plugin", ("group",), CORE),
     Sym("vllm.general_plugins", "entry-point-group", "the entry-point group vspec_runtime.plugin:register is published under", None, CORE),
+    # --- sampled requests under speculation on CPU (vspec_runtime/patches/cpu_expand_kernel.py) ---
+    Sym("vllm.utils.cpu_triton_utils:_expand_kernel_impl", "function", "patched: vLLM's CPU expand kernel leaves float outputs (temperature, top-p per draft position) unwritten", ("output", "input_val", "cu_num_tokens", "replace_from", "replace_to"), SPECULATING),
+    Sym("vllm.triton_utils.dispatcher:register_kernels", "function", "re-registers the fixed CPU expand kernel when the platform registered vLLM's first", ("overrides",), SPECULATING),
+    Sym("vllm.v1.sample.rejection_sampler:expand_batch_to_tokens", "function", "the caller of the expand kernel whose float outputs the CPU patch fixes", ("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to"), SPECULATING),
     # --- Qwen2 EAGLE-1 heads (vspec_runtime/models/qwen2_eagle.py, registered by vspec_runtime/models) ---
     Sym("vllm.model_executor.models:ModelRegistry.get_supported_archs", "function", "Qwen2 EAGLE architectures are registered only where vLLM lacks them", (), ("eagle",)),
     Sym("vllm.transformers_utils.configs.eagle:EAGLEConfig", "class", "renames a head's architecture X to EagleX under method=eagle: the aliases vspec registers", ("model", "truncated_vocab_size", "method"), ("eagle",)),

@@ -81,6 +81,7 @@ class CollectPlan:
             "phases": self.phases,
             "warmup": True,
             "chat": True,
+            "prefix_caching": False,  # every phase pays its prefill, as the fitted model assumes
             "engine_overrides": dict(self.settings.engine_overrides),
         }
 

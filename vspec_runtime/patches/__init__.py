@@ -12,6 +12,7 @@ that imports it (the engine core / worker), so the API server never imports work
 Applying twice is harmless: a patched attribute carries a marker and is left alone.
 
   entry                            kind      vLLM target                                      enabled by
+  cpu-expand-kernel                patch     cpu_triton_utils._expand_kernel_impl (CPU)       any speculative method
   qwen2-eagle-models               register  ModelRegistry (Qwen2ForCausalLMEagle + aliases)  always when active
   confidence-stop-entropy          patch     SpecDecodeBaseProposer._greedy_sample, .propose  adaptive.entropy_stop
   confidence-stop-trim             patch     GPUModelRunner.take_draft_token_ids              adaptive.entropy_stop
@@ -30,7 +31,7 @@ from vspec_runtime.patches._base import IncompatibleVllm
 
 logger = logging.getLogger("vspec.patches")
 
-__all__ = ["REGISTRY", "Extension", "IncompatibleVllm", "apply_all", "enabled_for"]
+__all__ = ["REGISTRY", "Extension", "IncompatibleVllm", "apply_all", "enabled_for", "render_markdown"]
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,15 @@ class Extension:
     install: str  # function in that module, called with the RuntimeSpec
     enabled: Callable[[object], bool]
     why: str
+    enabled_by: str  # the same condition as ``enabled``, in words, for docs/patches.md
 
 
 def _always(spec) -> bool:
     return True
+
+
+def _speculating(spec) -> bool:
+    return bool(spec.speculating)
 
 
 def _entropy_stop(spec) -> bool:
@@ -60,28 +66,41 @@ def _relaxed_after_tokens(spec) -> bool:
 
 
 REGISTRY: tuple[Extension, ...] = (
+    Extension("cpu-expand-kernel", "patch", "vspec_runtime.patches.cpu_expand_kernel", "install", _speculating,
+              "vLLM's CPU expand kernel drops float outputs: sampled requests under speculation emit junk",
+              "any speculative method (CPU workers only import the target)"),
     Extension("qwen2-eagle-models", "register", "vspec_runtime.models", "register_models", _always,
-              "Qwen2 EAGLE-1 heads (Qwen2ForCausalLMEagle), dropped from vLLM"),
+              "Qwen2 EAGLE-1 heads (Qwen2ForCausalLMEagle), dropped from vLLM", "always, once vspec is active"),
     Extension("confidence-stop-entropy", "patch", "vspec_runtime.patches.llm_base_proposer", "install",
-              _entropy_stop, "drafter top-k entropy per position -> keep length per request"),
+              _entropy_stop, "drafter top-k entropy per position -> keep length per request", "adaptive.entropy_stop"),
     Extension("confidence-stop-trim", "patch", "vspec_runtime.patches.gpu_model_runner",
-              "install_confidence_stop", _entropy_stop, "trim each request's drafts before the scheduler"),
+              "install_confidence_stop", _entropy_stop, "trim each request's drafts before the scheduler",
+              "adaptive.entropy_stop"),
     Extension("relaxed-acceptance", "patch", "vspec_runtime.patches.rejection_sampler", "install", _relaxed,
-              "accept near-miss greedy drafts (changes outputs)"),
+              "accept near-miss greedy drafts (changes outputs)", "relaxed.margin or relaxed.topk"),
     Extension("relaxed-acceptance-token-counts", "patch", "vspec_runtime.patches.gpu_model_runner",
-              "install_generated_counts", _relaxed_after_tokens, "tokens generated per request, for the gate"),
+              "install_generated_counts", _relaxed_after_tokens, "tokens generated per request, for the gate",
+              "relaxed acceptance with relaxed.after_tokens > 0"),
 )
 
 _applied: set[str] = set()
 
 
 def enabled_for(spec) -> list[Extension]:
-    return [extension for extension in REGISTRY if extension.enabled(spec)]
+    """The extensions this spec turns on, less any named in VSPEC_DISABLE_PATCHES."""
+    from vspec_runtime import envs
+
+    left_out = set(envs.get("VSPEC_DISABLE_PATCHES", ()))
+    return [extension for extension in REGISTRY if extension.enabled(spec) and extension.name not in left_out]
 
 
 def apply_all(spec) -> list[str]:
     """Install every extension the spec enables; returns their names. Safe to call again."""
     enabled = enabled_for(spec)
+    left_out = [e.name for e in REGISTRY if e.enabled(spec) and e not in enabled]
+    if left_out:
+        logger.warning("vspec: VSPEC_DISABLE_PATCHES leaves out %s (see docs/patches.md for what that breaks)",
+                       ", ".join(left_out))
     for extension in enabled:
         if extension.name not in _applied:
             module = importlib.import_module(extension.module)
@@ -91,3 +110,22 @@ def apply_all(spec) -> list[str]:
     if patched:
         logger.info("vspec patches enabled: %s (applied when vLLM imports their modules)", ", ".join(patched))
     return [extension.name for extension in enabled]
+
+
+def render_markdown() -> str:
+    """docs/patches.md, generated from REGISTRY and each module's docstring (a test fails when stale)."""
+    lines = [
+        "# vLLM extensions and patches",
+        "",
+        "Generated from `vspec_runtime/patches/__init__.py` by `python -m vspec_runtime.patches > docs/patches.md`.",
+        "Every change vspec makes to vLLM beyond `--scheduler-cls`. `VSPEC_DISABLE_PATCHES=name,...` leaves",
+        "entries out (to check whether upstream still needs them); `vspec doctor` checks the symbols each one touches.",
+        "",
+        "| entry | kind | enabled by | what |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| `{e.name}` | {e.kind} | {e.enabled_by} | {e.why} |" for e in REGISTRY]
+    for extension in REGISTRY:
+        module = importlib.import_module(extension.module)
+        lines += ["", f"## `{extension.name}` ({extension.module})", "", (module.__doc__ or "").strip()]
+    return "\n".join(lines) + "\n"

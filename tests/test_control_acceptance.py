@@ -1,4 +1,4 @@
-"""AcceptanceStats: per-position conditional rates and E[K] (DESIGN.md section 4)."""
+"""AcceptanceStats: per-position conditional rates and E[K] (docs/architecture.md, "Controller maths")."""
 
 from __future__ import annotations
 

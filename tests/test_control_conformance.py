@@ -1,4 +1,4 @@
-"""One contract, every policy: what the scheduler may rely on (STYLE.md item 15)."""
+"""One contract, every policy: what the scheduler may rely on (docs/architecture.md, "Extending vspec")."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ class _Strict(BaseModel):
 
 
 class AdaptiveSettings(_Strict):
-    """How the controller picks K each step (see DESIGN.md section 4)."""
+    """How the controller picks K each step (see docs/architecture.md, "Controller maths")."""
 
     enabled: bool = False
     policy: PolicyName = "online"
@@ -41,7 +41,7 @@ class AdaptiveSettings(_Strict):
     online_window: int = Field(32, ge=2, le=100_000)  # samples per arm in the sliding window
     online_exploration: float = Field(0.01, ge=0.0, le=10.0)  # UCB c
     model_guided: bool = True  # predict unvisited arms from the acceptance model; skip hopeless ones
-    gamma0_mode: Literal["sticky", "sync"] = "sticky"  # K=0 for draft/eagle: see DESIGN.md
+    gamma0_mode: Literal["sticky", "sync"] = "sticky"  # model drafters' K=0: held until the batch drains
     fixed_gamma: Optional[int] = Field(None, ge=0, le=MAX_GAMMA)  # policy=fixed; default: gamma
     table: Optional[dict[int, int]] = None  # policy=table: batch size -> K (vLLM's lookup)
     trace: Optional[str] = None  # JSON lines, one per decision

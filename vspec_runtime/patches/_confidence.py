@@ -1,4 +1,4 @@
-"""Confidence stop (DESIGN.md section 4): where to cut each request's draft. Pure torch.
+"""Confidence stop (lossless): where to cut each request's draft. Pure torch.
 
 For each drafted position the drafter's distribution is reduced to its top-k probabilities,
 renormalised, and its entropy H taken (0 .. ln k nats). A request's draft stops at the first

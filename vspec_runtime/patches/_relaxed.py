@@ -1,4 +1,4 @@
-"""Relaxed acceptance (DESIGN.md section 4): which greedy drafts to accept beyond exact matches.
+"""Relaxed acceptance (opt-in, changes outputs): which greedy drafts to accept beyond exact matches.
 
 Opt-in and output-changing. Under greedy decoding a draft token is accepted when it equals the
 target's argmax (strict, lossless) or, relaxed, when the target's logit for it is within ``margin``

@@ -2,7 +2,8 @@
 
 Why: the EAGLE and draft-model proposers pick each draft token by argmax of the drafter's logits
 (``_greedy_sample``) and throw the logits away, so nothing can tell a sure draft from a guess.
-Confidence stop (DESIGN.md section 4) needs the drafter's top-k entropy per drafted position.
+Confidence stop (cut a request's draft at its first uncertain position) needs the drafter's top-k
+entropy per drafted position.
 
 How: ``_greedy_sample`` is replaced by the same computation (``compute_logits(...).argmax(-1)``)
 that also records the top-k entropy of those logits, while a ``propose`` wrapper collects the K

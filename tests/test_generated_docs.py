@@ -34,9 +34,7 @@ def test_patch_docs_are_current():
 # Built at run time so that this file does not cite them itself.
 _ABSENT_DOCS = ("DESIGN" + ".md", "STYLE" + ".md")
 _CITATION_SCOPE = ("vspec_cli", "vspec_runtime", "tests", "scripts", "presets", "docs", "README.md")
-# vspec_runtime/control/ is being refactored and still cites them (__init__.py, budget.py): remove
-# this exclusion once those docstrings point into the repository.
-_CITATION_SKIP = ("vspec_runtime/control/",)
+_CITATION_SKIP: tuple[str, ...] = ()
 
 
 def test_no_citations_of_documents_outside_the_repository():

@@ -1,4 +1,4 @@
-"""Policies that choose the speculation length K each step (DESIGN.md section 4).
+"""Policies that choose the speculation length K each step (docs/architecture.md, "Controller maths").
 
 Pure Python: nothing here imports vLLM, torch or numpy, so every policy runs against the seeded
 simulator in ``simulate.py`` and costs microseconds per decision.
@@ -6,7 +6,8 @@ simulator in ``simulate.py`` and costs microseconds per decision.
 ``make_policy`` builds the policy the settings ask for, wrapped in ``GuardedPolicy`` so that a
 policy bug freezes K at a safe value instead of failing a serving step.
 
-Modules: base (the contract), acceptance (per-position rates, E[K]), window (an arm's sliding
+Modules: base (the contract, and ``Policy.choose``: the rules every policy shares), rules (the one
+K clamp, the step limit, the check of the shared adaptive settings), acceptance (per-position rates, E[K]), window (an arm's sliding
 window, buckets), prediction (cost of unmeasured arms), online / online_config / bucket_state (the
 bandit), latency_profile / profile_policy (the profile format and policy), static (fixed, table),
 guard (fault isolation), simulate (seeded simulator and oracle), budget (micro-benchmark).
@@ -22,6 +23,7 @@ from vspec_runtime.control.guard import GuardedPolicy
 from vspec_runtime.control.latency_profile import PROFILE_SCHEMA, ComponentLatency, LatencyProfile
 from vspec_runtime.control.online import OnlineConfig, OnlinePolicy
 from vspec_runtime.control.profile_policy import ProfilePolicy
+from vspec_runtime.control.rules import KRules, check_adaptive_settings
 from vspec_runtime.control.static import FixedPolicy, TablePolicy
 from vspec_runtime.control.sweep import SweepPolicy
 from vspec_runtime.control.window import bucket_of
@@ -57,10 +59,10 @@ def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, A
     ``fixed_gamma`` if set, else ``max_gamma``: what vLLM would have done without vspec.
     Raises ValueError with a one-line message on settings the policy cannot run with.
     """
-    if not isinstance(max_gamma, int) or max_gamma < 0:
-        raise ValueError(f"max_gamma must be an integer >= 0, got {max_gamma!r}")
-    if adaptive.min_gamma > max_gamma:
-        raise ValueError(f"adaptive.min_gamma: got {adaptive.min_gamma}; must be <= gamma ({max_gamma})")
+    # Checked here as well as in the policies: they lower a min_gamma above their largest K (right
+    # for a profile that covers fewer K), so only this check sees one above the engine's K.
+    rules = KRules(max_gamma, adaptive.min_gamma, adaptive.max_gamma_step, adaptive.control_interval)
+    check_adaptive_settings("adaptive settings", rules, adaptive.hysteresis)
     inner = _build(adaptive, max_gamma, profile)
     safe_gamma = min(adaptive.fixed_gamma if adaptive.fixed_gamma is not None else max_gamma, max_gamma)
     return GuardedPolicy(inner, safe_gamma=safe_gamma, max_gamma=max_gamma)

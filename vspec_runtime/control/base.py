@@ -1,4 +1,5 @@
-"""The contract between the scheduler (which talks to vLLM) and the policies (which do not).
+"""The contract between the scheduler (which talks to vLLM) and the policies (which do not), and
+``Policy.choose``: the one place the rules every policy shares are written.
 
 Everything in ``vspec_runtime.control`` is pure Python: no vLLM, torch or numpy import, so policies
 are unit-testable against a simulator and cost microseconds per decision.
@@ -7,8 +8,11 @@ are unit-testable against a simulator and cost microseconds per decision.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from vspec_runtime.control.rules import KRules, clamp_gamma, feasible_cap, step_toward
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,11 @@ class Decision:
     bucket: int = 0
     # Reward estimate (goodput, committed tokens per ms) per candidate K in this bucket, when known.
     rewards: dict[int, float] = field(default_factory=dict)
+
+    def capped(self, cap: int, reason: str) -> Decision:
+        """This decision with K brought into [0, cap]; ``reason`` replaces its own only if K changed."""
+        gamma = clamp_gamma(self.gamma, 0, cap)
+        return self if gamma == self.gamma else replace(self, gamma=gamma, reason=reason)
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,12 @@ class StepFeedback:
     def committed_tokens(self) -> int:
         """Tokens that entered the outputs: accepted drafts plus one target token per request."""
         return sum(self.accepted) + self.batch_size
+
+    def is_cost_sample(self, max_gamma: int) -> bool:
+        """Whether ``interval_ms`` measures what K = ``gamma`` costs: a stable decode step, at a K the
+        policy runs (in [0, max_gamma]), with a usable interval (a clock glitch gives 0 or NaN)."""
+        in_range = 0 <= self.gamma <= max_gamma
+        return self.stable and in_range and math.isfinite(self.interval_ms) and self.interval_ms > 0.0
 
     def acceptance_trials(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(drafted, accepted) per request, as trials of the budget K rather than of the drafts made.
@@ -61,14 +76,60 @@ class StepFeedback:
         return (self.gamma,) * self.batch_size, tuple(accepted) + (0,) * missing
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a policy wants its bucket to run; ``Policy.choose`` turns it into a Decision."""
+
+    gamma: int
+    reason: str
+    rewards: dict[int, float] = field(default_factory=dict)
+    step_limited: bool = True  # False: move there at once, past ``max_gamma_step``
+
+
+class BucketK:
+    """What the shared rules remember of one batch-size bucket: the K it runs and when it decides next."""
+
+    __slots__ = ("key", "gamma", "countdown", "decisions", "switches", "rewards")
+
+    def __init__(self, key: int, gamma: int | None = None) -> None:
+        self.key = key
+        self.gamma = gamma  # the K this bucket runs, before the feasibility cap; None: nothing decided yet
+        self.countdown = 0  # steps left before the next decision
+        self.decisions = 0
+        self.switches = 0
+        self.rewards: dict[int, float] = {}  # what the "hold" decisions report until the next decision
+
+
 class Policy(abc.ABC):
-    """A small state object choosing K. ``choose`` then ``observe``, once per scheduled step."""
+    """A small state object choosing K. ``choose`` then ``observe``, once per scheduled step.
+
+    ``choose`` is a template: it owns the rules every policy shares (one state per batch-size bucket,
+    a decision every ``rules.control_interval`` steps of that bucket and "hold" in between, K kept
+    in [min_gamma, min(max_gamma, feasibility cap)], moves of at most ``rules.max_gamma_step``, and
+    reason "infeasible" when the cap lowered K). A policy sets ``rules`` and implements ``_target``,
+    the K it wants; ``_bucket`` and ``_record`` are there for policies that keep more per bucket.
+    """
 
     name: str = "policy"
+    rules: KRules = KRules()
 
-    @abc.abstractmethod
     def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
         """K for a step of ``batch_size`` requests; never above ``max_feasible_gamma``."""
+        batch_size = max(1, int(batch_size))
+        bucket = self._bucket(batch_size)
+        cap = feasible_cap(max_feasible_gamma, self.rules.max_gamma)
+        if bucket.countdown > 0 and bucket.gamma is not None:
+            bucket.countdown -= 1
+            return Decision(bucket.gamma, "hold", bucket.key, bucket.rewards).capped(cap, "infeasible")
+        bucket.countdown = self.rules.control_interval - 1
+        low = min(self.rules.min_gamma, cap)
+        current = None if bucket.gamma is None else clamp_gamma(bucket.gamma, low, cap)
+        target = self._target(bucket, batch_size, current, low, cap)
+        gamma = target.gamma
+        if current is not None and target.step_limited:
+            gamma = step_toward(current, target.gamma, self.rules.max_gamma_step)
+        self._record(bucket, gamma, target.reason)
+        return Decision(gamma, target.reason, bucket.key, target.rewards).capped(cap, "infeasible")
 
     @abc.abstractmethod
     def observe(self, feedback: StepFeedback) -> None:
@@ -77,3 +138,23 @@ class Policy(abc.ABC):
     def summary(self) -> dict[str, Any]:
         """A JSON-able summary (logged at shutdown, shown in metrics)."""
         return {"policy": self.name}
+
+    def _target(self, bucket: BucketK, batch_size: int, current: int | None, low: int, high: int) -> Target:
+        """The K this policy wants for ``bucket`` now, in [low, high].
+
+        ``current`` is the K the bucket runs, brought into [low, high]; None before its first decision.
+        Not abstract, so that a wrapper (the guard) can override ``choose`` instead.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements neither choose nor _target")
+
+    def _bucket(self, batch_size: int) -> BucketK:
+        """The state kept for ``batch_size``. By default none: a fresh bucket 0 per step, which is all a
+        policy needs when it decides every step without a step limit."""
+        return BucketK(0)
+
+    def _record(self, bucket: BucketK, gamma: int, reason: str) -> None:
+        """Bookkeeping of a decision (not of a hold): ``gamma`` is what the bucket runs from now on."""
+        bucket.decisions += 1
+        if bucket.gamma is not None and gamma != bucket.gamma:
+            bucket.switches += 1
+        bucket.gamma = gamma

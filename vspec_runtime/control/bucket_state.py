@@ -1,34 +1,36 @@
-"""The bandit state of one batch-size bucket of the online policy, and its JSON summary."""
+"""The bandit state of one batch-size bucket of the online policy, and its JSON summary.
+
+Besides the arms, the state answers what only depends on it: which samples are stalls, how noisy
+the arms' costs are, and what the neighbour bucket it inherited from lends it.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from typing import Any
 
+from vspec_runtime.control.base import BucketK
 from vspec_runtime.control.window import ArmWindow
 
 
 RECENT_COSTS = 32
+STALL_FACTOR = 4.0  # a step slower than this many times the recent median is a stall, not a cost
+ARM_STALL_FACTOR = 2.0  # the same, against the median of steps run with the same K
 
 
-class BucketState:
-    """Bandit state of one batch-size bucket."""
+class BucketState(BucketK):
+    """Bandit state of one batch-size bucket, on top of the K, countdown and rewards of ``BucketK``."""
 
     __slots__ = (
-        "key",
-        "gamma",
         "arms",
-        "countdown",
         "warming_up",
         "exploring",
         "neighbour",
         "samples",
-        "decisions",
-        "switches",
         "warmup_decisions",
         "visited",
-        "rewards",
         "target",
         "challenger",
         "challenger_streak",
@@ -36,24 +38,19 @@ class BucketState:
     )
 
     def __init__(self, key: int, gamma: int, neighbour: BucketState | None) -> None:
-        self.key = key
-        self.gamma = gamma  # the K this bucket runs (before the feasibility cap)
+        super().__init__(key, gamma)  # always a K: a new bucket starts from its neighbour's or the start K
         self.arms: dict[int, ArmWindow] = {}
-        self.countdown = 0  # steps left before the next decision
         self.warming_up = True
         self.exploring = False  # moved for information, not reward: return to the best without hysteresis
         self.neighbour = neighbour  # where the priors came from (None: the first bucket)
         self.samples = 0  # stable steps ever observed (UCB's N)
-        self.decisions = 0
-        self.switches = 0
         self.warmup_decisions = 0
         self.visited: set[int] = set()  # arms ever chosen in this bucket
-        self.rewards: dict[int, float] = {}  # last estimates, shared by the "hold" decisions after it
         self.target: int | None = None  # where a switch that passed the hysteresis is heading
         self.challenger: int | None = None  # the arm preferred, within the hysteresis, lately
         self.challenger_streak = 0  # consecutive decisions it has been preferred
         # Per-request step costs of the latest stable steps, any K: the reference that tells a stall
-        # (GC pause, a noisy neighbour, swapping) from a real cost. See OnlinePolicy.observe.
+        # (GC pause, a noisy neighbour, swapping) from a real cost. See ``without_stall``.
         self.recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
 
     def forget_costs(self) -> None:
@@ -67,6 +64,75 @@ class BucketState:
 
     def measured(self, low: int, high: int) -> dict[int, ArmWindow]:
         return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.total_samples}
+
+    def without_stall(self, interval_ms: float, batch_size: int) -> float:
+        """Clip a step far slower than the bucket's recent median to STALL_FACTOR times that median.
+
+        One stalled step (a GC pause, a noisy neighbour) would otherwise make its K look useless for
+        a whole window, and a K the policy stops visiting is never measured again. Real cost
+        differences between K values stay well inside the factor, so clipping never hides them.
+        """
+        cost = interval_ms / batch_size
+        recent = self.recent_costs
+        clipped = interval_ms
+        if len(recent) >= 4:
+            median = sorted(recent)[len(recent) // 2]
+            if cost > STALL_FACTOR * median:
+                clipped = STALL_FACTOR * median * batch_size
+        recent.append(min(cost, clipped / batch_size))
+        return clipped
+
+    def clip_stalls(self) -> None:
+        """Stalls recorded before the bucket had a reference median are clipped once it has one."""
+        recent = self.recent_costs
+        bucket_limit = STALL_FACTOR * sorted(recent)[len(recent) // 2] if len(recent) >= 4 else None
+        for arm in self.arms.values():
+            if arm.count >= 3:
+                # Steps of one K cost about the same: a sample far above the arm's own median is a stall.
+                median = arm.median_cost()
+                arm.clip_costs(ARM_STALL_FACTOR * median, replacement_ms_per_request=median)
+            elif bucket_limit is not None:
+                arm.clip_costs(bucket_limit)
+
+    def noise_margins(self, noise_z: float) -> dict[int, float]:
+        """Per measured arm: how far its cost may plausibly lie below its mean (a fraction), at
+        ``noise_z`` standard errors."""
+        weighted = weights = 0.0
+        counts = {gamma: arm.count for gamma, arm in self.arms.items() if arm.total_samples}
+        for gamma, count in counts.items():
+            variance = self.arms[gamma].relative_cost_variance()
+            if variance is not None:
+                weighted += variance * (count - 1)
+                weights += count - 1
+        # Until the bucket has seen some spread, assume 5% per step: real steps are rarely steadier.
+        relative_sd = math.sqrt(weighted / weights) if weights >= 4 else 0.05
+        width = noise_z * relative_sd
+        return {gamma: width / math.sqrt(count) for gamma, count in counts.items()}
+
+    def neighbour_costs(self) -> list[tuple[int, float]]:
+        """The neighbour bucket's measured costs, when it has enough (two arms) to give a slope."""
+        if self.neighbour is None:
+            return []
+        costs = sorted(
+            (gamma, arm.ms_per_request_step) for gamma, arm in self.neighbour.arms.items() if arm.total_samples
+        )
+        return costs if len(costs) >= 2 else []
+
+    def neighbour_priors(self, estimates: dict[int, float], low: int, high: int) -> dict[int, float]:
+        """The neighbour's measured rewards, rescaled by the arms both buckets measured."""
+        neighbour = self.neighbour
+        if neighbour is None:
+            return {}
+        theirs = {gamma: arm.goodput_tokens_per_ms for gamma, arm in neighbour.arms.items() if arm.total_samples}
+        shared = [gamma for gamma in estimates if theirs.get(gamma, 0.0) > 0.0]
+        if not shared:
+            return {}
+        scale = sum(estimates[gamma] for gamma in shared) / sum(theirs[gamma] for gamma in shared)
+        return {
+            gamma: reward * scale
+            for gamma, reward in theirs.items()
+            if low <= gamma <= high and gamma not in estimates
+        }
 
 
 def bucket_summary(bucket: BucketState) -> dict[str, Any]:

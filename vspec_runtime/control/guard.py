@@ -2,18 +2,19 @@
 
 If the wrapped policy raises in ``choose`` or ``observe`` (or returns something that is not a
 Decision), the guard logs the traceback once on the ``vspec.control`` logger and from then on runs
-a fixed safe K for the rest of the process (reason "fault"). It never re-raises. It also enforces
-0 <= K <= min(max_gamma, max_feasible_gamma) on every healthy decision (reason "clamp" when that
-changed the choice), so the scheduler can trust what it gets.
+a fixed safe K for the rest of the process (reason "fault"). It never re-raises. A K outside
+[0, min(max_gamma, max_feasible_gamma)] is a policy bug too, contained the same way: the decision
+is clamped (``Decision.capped``, reason "clamp"), so the scheduler can trust what it gets. The guard
+wraps a policy rather than choosing K itself, so it overrides ``choose`` instead of the template.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.rules import feasible_cap
 
 logger = logging.getLogger("vspec.control")
 
@@ -32,19 +33,17 @@ class GuardedPolicy(Policy):
         self.fault: str | None = None  # "ExceptionType: message" of the first fault
 
     def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
-        cap = self._cap(max_feasible_gamma)
+        cap = feasible_cap(max_feasible_gamma, self.max_gamma)
         if self.faulted:
-            return Decision(min(self.safe_gamma, cap), "fault")
+            return self._frozen(cap)
         try:
             decision = self.inner.choose(batch_size, max_feasible_gamma)
             if not isinstance(decision, Decision) or not isinstance(decision.gamma, int):
                 raise TypeError(f"{self.name}.choose returned {decision!r}, not a Decision with an int gamma")
         except Exception as exc:  # noqa: BLE001 - isolating arbitrary policy bugs is the point
             self._trip("choose", exc)
-            return Decision(min(self.safe_gamma, cap), "fault")
-        if not 0 <= decision.gamma <= cap:
-            return dataclasses.replace(decision, gamma=min(max(decision.gamma, 0), cap), reason="clamp")
-        return decision
+            return self._frozen(cap)
+        return decision.capped(cap, "clamp")
 
     def observe(self, feedback: StepFeedback) -> None:
         if self.faulted:
@@ -62,8 +61,9 @@ class GuardedPolicy(Policy):
             inner = {"policy": self.name, "summary_error": f"{type(exc).__name__}: {exc}"}
         return {**inner, "guard": guard}
 
-    def _cap(self, max_feasible_gamma: int) -> int:
-        return max(0, min(self.max_gamma, int(max_feasible_gamma)))
+    def _frozen(self, cap: int) -> Decision:
+        """The safe K, run from the first fault on (still within what fits in the step)."""
+        return Decision(self.safe_gamma, "fault").capped(cap, "fault")
 
     def _trip(self, where: str, exc: Exception) -> None:
         self.faulted = True

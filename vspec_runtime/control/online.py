@@ -33,12 +33,13 @@ Beyond the reference, three rules keep the estimates honest at little cost:
   costs and measures again. A step's cost depends on the text too (an n-gram drafter fills its
   budget on copy and not on chat), and a stale cost that makes an arm look worse is never revisited.
 
-Guard rails: decisions only every ``control_interval`` steps of a bucket ("hold" in between), moves
-of at most ``max_gamma_step`` per decision, a switch between measured arms only when the best UCB
-score beats the current by ``hysteresis`` (relative) or patiently (above), and K capped by the
-caller's ``max_feasible_gamma`` ("infeasible" when that changes the choice). UCB score = mean + c *
-R_max * sqrt(2 ln(N+1) / n), N the bucket's stable steps, n the arm's window count, R_max the best
-mean. Moves made for information (warm-up, exploration) are undone without hysteresis.
+Guard rails: those of every policy (``Policy.choose``: decisions only every ``control_interval``
+steps of a bucket, "hold" in between, moves of at most ``max_gamma_step`` per decision, K capped by
+the caller's ``max_feasible_gamma``, "infeasible" when that changes the choice), and a switch
+between measured arms only when the best UCB score beats the current by ``hysteresis`` (relative)
+or patiently (above). UCB score = mean + c * R_max * sqrt(2 ln(N+1) / n), N the bucket's stable
+steps, n the arm's window count, R_max the best mean. Moves made for information (warm-up,
+exploration) are undone without hysteresis.
 
 Buckets: each bucket keeps its own current K, so the clamp applies between two decisions of the same
 bucket and a batch that alternates between two sizes gets each size's K at once. A new bucket starts
@@ -59,17 +60,13 @@ from dataclasses import replace
 from typing import Any
 
 from vspec_runtime.control.acceptance import AcceptanceStats
-from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.base import Policy, StepFeedback, Target
 from vspec_runtime.control.bucket_state import BucketState, bucket_summary
 from vspec_runtime.control.online_config import OnlineConfig
 from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
 from vspec_runtime.control.window import ArmWindow, bucket_of
 
 __all__ = ["OnlineConfig", "OnlinePolicy"]
-
-
-STALL_FACTOR = 4.0  # a step slower than this many times the recent median is a stall, not a cost
-ARM_STALL_FACTOR = 2.0  # the same, against the median of steps run with the same K
 
 
 class OnlinePolicy(Policy):
@@ -83,6 +80,7 @@ class OnlinePolicy(Policy):
         elif settings:
             config = replace(config, **settings)
         self.config = config
+        self.rules = config.k_rules()
         self.acceptance = AcceptanceStats(
             max(1, config.max_gamma),
             memory_requests=config.acceptance_memory_requests,
@@ -95,23 +93,6 @@ class OnlinePolicy(Policy):
 
     # -- the Policy interface --------------------------------------------------------------------
 
-    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
-        bucket = self._bucket_for(max(1, int(batch_size)))
-        cap = max(0, min(self.config.max_gamma, int(max_feasible_gamma)))
-        if bucket.countdown > 0:
-            bucket.countdown -= 1
-            return self._capped(bucket, bucket.gamma, "hold", cap)
-        bucket.countdown = self.config.control_interval - 1
-        self._forget_costs_after_a_phase_change()
-        gamma, reason = self._decide(bucket, cap)
-        bucket.decisions += 1
-        if reason == "warmup":
-            bucket.warmup_decisions += 1
-        if gamma != bucket.gamma:
-            bucket.switches += 1
-        bucket.gamma = gamma
-        return self._capped(bucket, gamma, reason, cap)
-
     def observe(self, feedback: StepFeedback) -> None:
         self._steps += 1
         if feedback.batch_size < 1:
@@ -119,15 +100,13 @@ class OnlinePolicy(Policy):
         drafted, accepted = feedback.acceptance_trials()
         if drafted:
             self.acceptance.update(drafted, accepted)
-        if not feedback.stable or not 0 <= feedback.gamma <= self.config.max_gamma:
+        if not feedback.is_cost_sample(self.config.max_gamma):
             return
-        if not (math.isfinite(feedback.interval_ms) and feedback.interval_ms > 0.0):
-            return
-        bucket = self._bucket_for(feedback.batch_size)
+        bucket = self._bucket(feedback.batch_size)
         arm = bucket.arms.get(feedback.gamma)
         if arm is None:
             arm = bucket.arms[feedback.gamma] = ArmWindow(self.config.window)
-        interval_ms = self._without_stall(bucket, feedback.interval_ms, feedback.batch_size)
+        interval_ms = bucket.without_stall(feedback.interval_ms, feedback.batch_size)
         arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps)
         bucket.samples += 1
 
@@ -148,37 +127,6 @@ class OnlinePolicy(Policy):
         for bucket in self._buckets.values():
             bucket.forget_costs()
 
-    @staticmethod
-    def _clip_stalls(bucket: BucketState) -> None:
-        """Stalls recorded before the bucket had a reference median are clipped once it has one."""
-        recent = bucket.recent_costs
-        bucket_limit = STALL_FACTOR * sorted(recent)[len(recent) // 2] if len(recent) >= 4 else None
-        for arm in bucket.arms.values():
-            if arm.count >= 3:
-                # Steps of one K cost about the same: a sample far above the arm's own median is a stall.
-                median = arm.median_cost()
-                arm.clip_costs(ARM_STALL_FACTOR * median, replacement_ms_per_request=median)
-            elif bucket_limit is not None:
-                arm.clip_costs(bucket_limit)
-
-    @staticmethod
-    def _without_stall(bucket: BucketState, interval_ms: float, batch_size: int) -> float:
-        """Clip a step far slower than the bucket's recent median to STALL_FACTOR times that median.
-
-        One stalled step (a GC pause, a noisy neighbour) would otherwise make its K look useless for
-        a whole window, and a K the policy stops visiting is never measured again. Real cost
-        differences between K values stay well inside the factor, so clipping never hides them.
-        """
-        cost = interval_ms / batch_size
-        recent = bucket.recent_costs
-        clipped = interval_ms
-        if len(recent) >= 4:
-            median = sorted(recent)[len(recent) // 2]
-            if cost > STALL_FACTOR * median:
-                clipped = STALL_FACTOR * median * batch_size
-        recent.append(min(cost, clipped / batch_size))
-        return clipped
-
     def summary(self) -> dict[str, Any]:
         return {
             "policy": self.name,
@@ -196,7 +144,7 @@ class OnlinePolicy(Policy):
 
     # -- buckets ---------------------------------------------------------------------------------
 
-    def _bucket_for(self, batch_size: int) -> BucketState:
+    def _bucket(self, batch_size: int) -> BucketState:
         key = bucket_of(batch_size)
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -220,37 +168,31 @@ class OnlinePolicy(Policy):
 
     # -- deciding --------------------------------------------------------------------------------
 
-    def _capped(self, bucket: BucketState, gamma: int, reason: str, cap: int) -> Decision:
-        if gamma > cap:
-            return Decision(cap, "infeasible", bucket.key, bucket.rewards)
-        return Decision(gamma, reason, bucket.key, bucket.rewards)
-
-    def _decide(self, bucket: BucketState, cap: int) -> tuple[int, str]:
-        high = cap
-        low = min(self.config.min_gamma, high)
-        current = min(max(bucket.gamma, low), high)
+    def _target(self, bucket: BucketState, batch_size: int, current: int | None, low: int, high: int) -> Target:
+        self._forget_costs_after_a_phase_change()
         bucket.visited.add(current)
-        self._clip_stalls(bucket)
+        bucket.clip_stalls()
         measured = bucket.measured(low, high)
         if current not in measured:
             # Nothing to compare yet: measure the arm we are on first.
             first_reason = "prior" if bucket.neighbour is not None and not bucket.samples else "warmup"
-            reason = first_reason if bucket.warming_up else "hold"
-            gamma = current
+            target, reason = current, first_reason if bucket.warming_up else "hold"
         elif self.config.model_guided:
             target, reason = self._guided_target(bucket, measured, current, low, high)
-            gamma = self._step_toward(current, target)
         else:
             target, reason = self._plain_target(bucket, measured, current, low, high)
-            gamma = self._step_toward(current, target)
-        bucket.visited.add(gamma)
-        if bucket.gamma > high and gamma == high:
-            reason = "infeasible"  # the cap, not the policy, set this K
-        return gamma, reason
+        if bucket.gamma > high and target == high:
+            # The cap, not the policy, set this K: the bucket ran above the cap and the move ends on
+            # it. Only this policy relabels such decisions (the profile policy keeps its reason); the
+            # label also keeps them out of the warm-up count.
+            reason = "infeasible"
+        return Target(target, reason, bucket.rewards)
 
-    def _step_toward(self, current: int, target: int) -> int:
-        step = max(-self.config.max_gamma_step, min(self.config.max_gamma_step, target - current))
-        return current + step
+    def _record(self, bucket: BucketState, gamma: int, reason: str) -> None:
+        super()._record(bucket, gamma, reason)
+        bucket.visited.add(gamma)
+        if reason == "warmup":
+            bucket.warmup_decisions += 1
 
     def _guided_target(
         self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
@@ -258,7 +200,7 @@ class OnlinePolicy(Policy):
         expected = self.acceptance.expected_committed_curve()
         estimates = {gamma: expected[gamma] / arm.ms_per_request_step for gamma, arm in measured.items()}
         best_estimate = max(estimates.values())
-        margins = self._noise_margins(bucket)
+        margins = bucket.noise_margins(self.config.noise_z)
         predicted = self._predict_unmeasured(bucket, expected, margins, low, high)
         bucket.rewards = {**estimates, **{gamma: point for gamma, (point, _) in predicted.items()}}
         candidates = {
@@ -277,20 +219,6 @@ class OnlinePolicy(Policy):
             bucket.exploring = True
             return self._argmax(contenders, current), "explore"
         return self._exploit(bucket, measured, estimates, current)
-
-    def _noise_margins(self, bucket: BucketState) -> dict[int, float]:
-        """Per measured arm: how far its cost may plausibly lie below its mean (a fraction)."""
-        weighted = weights = 0.0
-        counts = {gamma: arm.count for gamma, arm in bucket.arms.items() if arm.total_samples}
-        for gamma, count in counts.items():
-            variance = bucket.arms[gamma].relative_cost_variance()
-            if variance is not None:
-                weighted += variance * (count - 1)
-                weights += count - 1
-        # Until the bucket has seen some spread, assume 5% per step: real steps are rarely steadier.
-        relative_sd = math.sqrt(weighted / weights) if weights >= 4 else 0.05
-        width = self.config.noise_z * relative_sd
-        return {gamma: width / math.sqrt(count) for gamma, count in counts.items()}
 
     def _unsure_contenders(
         self,
@@ -317,7 +245,7 @@ class OnlinePolicy(Policy):
             (gamma, bucket.arms[gamma].ms_per_request_step, bucket.arms[gamma].ms_per_request_step / (1.0 + margin))
             for gamma, margin in margins.items()
         )
-        neighbour_costs = self._neighbour_costs(bucket) if len(costs) == 1 else []
+        neighbour_costs = bucket.neighbour_costs() if len(costs) == 1 else []
         predictions: dict[int, tuple[float, float]] = {}
         for gamma in range(low, high + 1):
             if gamma in margins:
@@ -350,21 +278,11 @@ class OnlinePolicy(Policy):
             tolerance=self.config.prediction_tolerance,
         )
 
-    @staticmethod
-    def _neighbour_costs(bucket: BucketState) -> list[tuple[int, float]]:
-        """The neighbour bucket's measured costs, when it has enough (two arms) to give a slope."""
-        if bucket.neighbour is None:
-            return []
-        costs = sorted(
-            (gamma, arm.ms_per_request_step) for gamma, arm in bucket.neighbour.arms.items() if arm.total_samples
-        )
-        return costs if len(costs) >= 2 else []
-
     def _plain_target(
         self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
     ) -> tuple[int, str]:
         estimates = {gamma: arm.goodput_tokens_per_ms for gamma, arm in measured.items()}
-        priors = self._neighbour_priors(bucket, estimates, low, high)
+        priors = bucket.neighbour_priors(estimates, low, high)
         bucket.rewards = {**priors, **estimates}
         if bucket.warming_up:
             target = self._plain_warmup_target(bucket, estimates, priors, current, low, high)
@@ -394,24 +312,6 @@ class OnlinePolicy(Policy):
             return best
         frontier = [gamma for gamma in (best - 1, best + 1) if gamma in unmeasured]
         return min(frontier, key=lambda gamma: (abs(gamma - current), gamma)) if frontier else None
-
-    def _neighbour_priors(
-        self, bucket: BucketState, estimates: dict[int, float], low: int, high: int
-    ) -> dict[int, float]:
-        """The neighbour's measured rewards, rescaled by the arms both buckets measured."""
-        neighbour = bucket.neighbour
-        if neighbour is None:
-            return {}
-        theirs = {gamma: arm.goodput_tokens_per_ms for gamma, arm in neighbour.arms.items() if arm.total_samples}
-        shared = [gamma for gamma in estimates if theirs.get(gamma, 0.0) > 0.0]
-        if not shared:
-            return {}
-        scale = sum(estimates[gamma] for gamma in shared) / sum(theirs[gamma] for gamma in shared)
-        return {
-            gamma: reward * scale
-            for gamma, reward in theirs.items()
-            if low <= gamma <= high and gamma not in estimates
-        }
 
     def _exploit(
         self, bucket: BucketState, measured: dict[int, ArmWindow], estimates: dict[int, float], current: int

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from vspec_runtime.control.rules import KRules, adaptive_settings_problems
+
 if TYPE_CHECKING:
     from vspec_runtime.spec import AdaptiveSettings
 
@@ -44,6 +46,15 @@ class OnlineConfig:
         for problem in _config_problems(self):
             raise ValueError(f"online policy: {problem}")
 
+    def k_rules(self) -> KRules:
+        """The part of these settings that ``Policy.choose`` applies for every policy."""
+        return KRules(
+            max_gamma=self.max_gamma,
+            min_gamma=self.min_gamma,
+            max_gamma_step=self.max_gamma_step,
+            control_interval=self.control_interval,
+        )
+
     @classmethod
     def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int) -> OnlineConfig:
         return cls(
@@ -60,14 +71,9 @@ class OnlineConfig:
 
 
 def _config_problems(config: OnlineConfig):
-    if not 0 <= config.max_gamma <= 64:
+    yield from adaptive_settings_problems(config.k_rules(), config.hysteresis)
+    if config.max_gamma > 64:
         yield f"max_gamma must be in [0, 64], got {config.max_gamma}"
-    if not 0 <= config.min_gamma <= config.max_gamma:
-        yield f"min_gamma must be in [0, max_gamma={config.max_gamma}], got {config.min_gamma}"
-    if config.max_gamma_step < 1:
-        yield f"max_gamma_step must be >= 1, got {config.max_gamma_step}"
-    if config.control_interval < 1:
-        yield f"control_interval must be >= 1, got {config.control_interval}"
     if config.confident_samples < 1:
         yield f"confident_samples must be >= 1, got {config.confident_samples}"
     if config.patience_decisions < 0:
@@ -75,7 +81,6 @@ def _config_problems(config: OnlineConfig):
     if config.window < 1:
         yield f"window must be >= 1, got {config.window}"
     for name in (
-        "hysteresis",
         "exploration",
         "prediction_tolerance",
         "explore_margin",

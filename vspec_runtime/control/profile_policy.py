@@ -8,22 +8,22 @@ bucket borrows the correction of the nearest K that was, but never above 1: a pr
 slow for every K is trusted as is, one found too fast for the K we run makes the untried K look
 better until they are tried (optimism is the only exploration this policy does).
 
-Guard rails as in the online policy: decisions every ``control_interval`` steps of a bucket, a
-switch only when the best beats the current K by ``hysteresis``, moves of at most
-``max_gamma_step``, K capped by the caller's feasibility bound. Before any acceptance data exists,
-the profile's batch-size table (when present) is the prior.
+Guard rails: those of every policy (``Policy.choose``: decisions every ``control_interval`` steps
+of a bucket, moves of at most ``max_gamma_step``, K capped by the caller's feasibility bound), and
+a switch only when the best beats the current K by ``hysteresis``. Before any acceptance data
+exists, the profile's batch-size table (when present) is the prior.
 
 The profile format is defined in ``latency_profile.py``; ``LatencyProfile`` is re-exported here.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from vspec_runtime.control.acceptance import AcceptanceStats
-from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.base import BucketK, Policy, StepFeedback, Target
 from vspec_runtime.control.latency_profile import ComponentLatency, LatencyProfile
+from vspec_runtime.control.rules import KRules, check_adaptive_settings, clamp_gamma
 from vspec_runtime.control.window import bucket_of
 
 __all__ = ["ComponentLatency", "LatencyProfile", "ProfilePolicy"]
@@ -31,15 +31,15 @@ __all__ = ["ComponentLatency", "LatencyProfile", "ProfilePolicy"]
 _CORRECTION_RANGE = (0.1, 10.0)
 
 
-class _ProfileBucket:
-    __slots__ = ("gamma", "countdown", "corrections", "decisions", "switches")
+class _ProfileBucket(BucketK):
+    """A bucket's K (``BucketK``) plus its corrections. Its ``rewards`` stay empty: the goodputs go
+    with each decision only, so "hold" decisions carry none."""
 
-    def __init__(self) -> None:
-        self.gamma: int | None = None  # None: no decision yet
-        self.countdown = 0
+    __slots__ = ("corrections",)
+
+    def __init__(self, key: int) -> None:
+        super().__init__(key)  # gamma None: the first decision takes the model's best K at once
         self.corrections: dict[int, float] = {}  # K -> EWMA of measured / predicted step time
-        self.decisions = 0
-        self.switches = 0
 
     def correction(self, gamma: int) -> float:
         if gamma in self.corrections:
@@ -71,31 +71,18 @@ class ProfilePolicy(Policy):
     ) -> None:
         self.profile = profile
         self.max_gamma = profile.max_gamma if max_gamma is None else min(max_gamma, profile.max_gamma)
-        _check(self.max_gamma, min_gamma, max_gamma_step, control_interval, hysteresis, correction_weight)
+        # A min_gamma above the profile's largest K is lowered to it, not rejected: the profile may
+        # cover fewer K than the engine runs, and the factory checked min_gamma against the engine's.
         self.min_gamma = min(min_gamma, self.max_gamma)
-        self.max_gamma_step = max_gamma_step
-        self.control_interval = control_interval
+        self.rules = KRules(self.max_gamma, self.min_gamma, max_gamma_step, control_interval)
+        check_adaptive_settings("profile policy", self.rules, hysteresis)
+        if not 0.0 < correction_weight <= 1.0:
+            raise ValueError(f"profile policy: correction_weight must be in (0, 1], got {correction_weight}")
         self.hysteresis = hysteresis
         self.correction_weight = correction_weight
         self.acceptance = AcceptanceStats(max(1, self.max_gamma), memory_requests=acceptance_memory_requests)
         self._buckets: dict[int, _ProfileBucket] = {}
         self._context_per_request = 0.0  # EWMA; the profile's alpha term needs the batch's context
-
-    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
-        batch_size = max(1, int(batch_size))
-        key = bucket_of(batch_size)
-        bucket = self._buckets.setdefault(key, _ProfileBucket())
-        cap = max(0, min(self.max_gamma, int(max_feasible_gamma)))
-        if bucket.countdown > 0 and bucket.gamma is not None:
-            bucket.countdown -= 1
-            return _capped(bucket.gamma, "hold", cap, key)
-        bucket.countdown = self.control_interval - 1
-        gamma, reason, goodputs = self._decide(bucket, batch_size, cap)
-        bucket.decisions += 1
-        if bucket.gamma is not None and gamma != bucket.gamma:
-            bucket.switches += 1
-        bucket.gamma = gamma
-        return _capped(gamma, reason, cap, key, goodputs)
 
     def observe(self, feedback: StepFeedback) -> None:
         if feedback.batch_size < 1:
@@ -106,14 +93,12 @@ class ProfilePolicy(Policy):
         if feedback.context_tokens > 0:
             per_request = feedback.context_tokens / feedback.batch_size
             self._context_per_request += 0.1 * (per_request - self._context_per_request)
-        if not feedback.stable or not 0 <= feedback.gamma <= self.max_gamma:
-            return
-        if not (math.isfinite(feedback.interval_ms) and feedback.interval_ms > 0.0):
+        if not feedback.is_cost_sample(self.max_gamma):
             return
         predicted = self.profile.step_ms(feedback.batch_size, feedback.gamma, feedback.context_tokens)
         if predicted <= 0.0:
             return
-        bucket = self._buckets.setdefault(bucket_of(feedback.batch_size), _ProfileBucket())
+        bucket = self._bucket(feedback.batch_size)
         ratio = min(max(feedback.interval_ms / predicted, _CORRECTION_RANGE[0]), _CORRECTION_RANGE[1])
         previous = bucket.corrections.get(feedback.gamma)
         bucket.corrections[feedback.gamma] = (
@@ -138,7 +123,8 @@ class ProfilePolicy(Policy):
 
     def predicted_goodput(self, batch_size: int, gamma: int) -> float:
         """G(K) in tokens per ms for ``batch_size`` requests, with the current corrections."""
-        bucket = self._buckets.get(bucket_of(batch_size)) or _ProfileBucket()
+        key = bucket_of(batch_size)
+        bucket = self._buckets.get(key) or _ProfileBucket(key)
         return self._goodput(bucket, batch_size, gamma, self.acceptance.expected_committed_curve())
 
     def _goodput(self, bucket: _ProfileBucket, batch_size: int, gamma: int, expected: list[float]) -> float:
@@ -146,41 +132,24 @@ class ProfilePolicy(Policy):
         step_ms = self.profile.step_ms(batch_size, gamma, context) * bucket.correction(gamma)
         return batch_size * expected[gamma] / step_ms if step_ms > 0 else 0.0
 
-    def _decide(self, bucket: _ProfileBucket, batch_size: int, cap: int) -> tuple[int, str, dict[int, float]]:
-        high = cap
-        low = min(self.min_gamma, high)
+    def _bucket(self, batch_size: int) -> _ProfileBucket:
+        key = bucket_of(batch_size)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _ProfileBucket(key)
+        return bucket
+
+    def _target(self, bucket: _ProfileBucket, batch_size: int, current: int | None, low: int, high: int) -> Target:
         table_gamma = self.profile.table_gamma(batch_size)
         if self.acceptance.total_trials == 0 and table_gamma is not None:
-            # No acceptance data yet: the profile's table is the measured prior.
-            return min(max(table_gamma, low), high), "prior", {}
+            # No acceptance data yet: the profile's table is the measured prior. Its K was measured
+            # for this very batch size, so it is taken at once rather than stepped toward.
+            return Target(clamp_gamma(table_gamma, low, high), "prior", step_limited=False)
         expected = self.acceptance.expected_committed_curve()
         goodputs = {gamma: self._goodput(bucket, batch_size, gamma, expected) for gamma in range(low, high + 1)}
         best = max(sorted(goodputs), key=lambda gamma: goodputs[gamma])
-        if bucket.gamma is None:
-            return best, "model", goodputs
-        current = min(max(bucket.gamma, low), high)
+        if current is None:
+            return Target(best, "model", goodputs)
         if best != current and goodputs[best] > goodputs[current] * (1.0 + self.hysteresis):
-            step = max(-self.max_gamma_step, min(self.max_gamma_step, best - current))
-            return current + step, "exploit", goodputs
-        return current, "hold", goodputs
-
-
-def _capped(gamma: int, reason: str, cap: int, bucket: int, rewards: dict[int, float] | None = None) -> Decision:
-    if gamma > cap:
-        return Decision(cap, "infeasible", bucket, rewards or {})
-    return Decision(gamma, reason, bucket, rewards or {})
-
-
-def _check(max_gamma, min_gamma, max_gamma_step, control_interval, hysteresis, correction_weight) -> None:
-    if max_gamma < 0:
-        raise ValueError(f"profile policy: max_gamma must be >= 0, got {max_gamma}")
-    if min_gamma < 0:
-        raise ValueError(f"profile policy: min_gamma must be >= 0, got {min_gamma}")
-    if max_gamma_step < 1:
-        raise ValueError(f"profile policy: max_gamma_step must be >= 1, got {max_gamma_step}")
-    if control_interval < 1:
-        raise ValueError(f"profile policy: control_interval must be >= 1, got {control_interval}")
-    if not (math.isfinite(hysteresis) and hysteresis >= 0.0):
-        raise ValueError(f"profile policy: hysteresis must be a finite number >= 0, got {hysteresis}")
-    if not 0.0 < correction_weight <= 1.0:
-        raise ValueError(f"profile policy: correction_weight must be in (0, 1], got {correction_weight}")
+            return Target(best, "exploit", goodputs)
+        return Target(current, "hold", goodputs)

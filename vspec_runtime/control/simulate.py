@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass, field
 
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.rules import clamp_gamma
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class Scenario:
     def max_feasible_gamma(self, batch_size: int) -> int:
         if self.max_num_batched_tokens is None:
             return self.max_gamma
-        return max(0, min(self.max_gamma, self.max_num_batched_tokens // batch_size - 1))
+        return clamp_gamma(self.max_num_batched_tokens // batch_size - 1, 0, self.max_gamma)
 
     def best_gamma(self, step: int) -> int:
         """The oracle's K at ``step``: best expected goodput for this phase and batch size."""
@@ -281,22 +282,19 @@ def steps_to_readapt(result: SimulationResult, scenario: Scenario, change_step: 
 
 def high_acceptance(steps: int = 2000) -> Scenario:
     """(a) A good drafter (p = 0.9) and cheap verification: the best K is the maximum, 6."""
-    return Scenario(
-        "high-acceptance",
-        AcceptanceProcess.constant(0.9),
-        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=0.5),
-        steps=steps,
-    )
+    return _steady_cheap_verification("high-acceptance", 0.9, draft_ms_per_forward=0.5, steps=steps)
 
 
 def useless_drafter(steps: int = 2000) -> Scenario:
     """(b) A drafter that is almost never right (p = 0.05) and costs 15% of a step per draft: best K = 0."""
-    return Scenario(
-        "useless-drafter",
-        AcceptanceProcess.constant(0.05),
-        LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=3.0),
-        steps=steps,
-    )
+    return _steady_cheap_verification("useless-drafter", 0.05, draft_ms_per_forward=3.0, steps=steps)
+
+
+def _steady_cheap_verification(name: str, rate: float, *, draft_ms_per_forward: float, steps: int) -> Scenario:
+    """One acceptance rate throughout, and verification that costs little (20 ms + 0.05 ms a token):
+    what the drafter costs and how often it is right decide the best K alone."""
+    latency = LatencyModel(base_ms=20.0, verify_ms_per_token=0.05, draft_ms_per_forward=draft_ms_per_forward)
+    return Scenario(name, AcceptanceProcess.constant(rate), latency, steps=steps)
 
 
 def batch_dependent(steps: int = 2000, phase_steps: int = 250) -> Scenario:

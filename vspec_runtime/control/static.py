@@ -1,7 +1,8 @@
 """Policies that do not learn: a constant K, and vLLM's batch-size table.
 
-They share the interface (and the guard rails: K capped by feasibility) so that the scheduler, the
-trace and the benchmarks treat adaptive and static runs alike.
+They share the interface and ``Policy.choose``'s rules (K capped by feasibility, reason
+"infeasible") so that the scheduler, the trace and the benchmarks treat adaptive and static runs
+alike. They keep no bucket state: they decide every step, with no step limit.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.base import BucketK, Policy, StepFeedback, Target
 from vspec_runtime.control.latency_profile import table_lookup
 
 
@@ -24,11 +25,8 @@ class FixedPolicy(Policy):
         self.gamma = gamma
         self._steps = 0
 
-    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
-        cap = max(0, int(max_feasible_gamma))
-        if self.gamma > cap:
-            return Decision(cap, "infeasible")
-        return Decision(self.gamma, "fixed")
+    def _target(self, bucket: BucketK, batch_size: int, current: int | None, low: int, high: int) -> Target:
+        return Target(self.gamma, "fixed")
 
     def observe(self, feedback: StepFeedback) -> None:
         self._steps += 1
@@ -50,12 +48,8 @@ class TablePolicy(Policy):
         self.table = _validated_table(table)
         self._steps = 0
 
-    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
-        gamma = table_lookup(self.table, int(batch_size))
-        cap = max(0, int(max_feasible_gamma))
-        if gamma > cap:
-            return Decision(cap, "infeasible")
-        return Decision(gamma, "table")
+    def _target(self, bucket: BucketK, batch_size: int, current: int | None, low: int, high: int) -> Target:
+        return Target(table_lookup(self.table, batch_size), "table")
 
     def observe(self, feedback: StepFeedback) -> None:
         self._steps += 1

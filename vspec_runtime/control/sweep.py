@@ -3,9 +3,10 @@
 `vspec profile collect` runs one engine with this policy so that every K in the list is measured
 at every batch size in the same process: no restart per (batch, K) point. It cycles rather than
 running each K once so that K is not confounded with the context length, which grows through a
-run. It learns nothing; ``observe`` only counts. The guard rails are the scheduler's usual ones: a
-K above the feasibility cap (B*(K+1) > max_num_batched_tokens) runs at the cap, reason
-"infeasible", and the sample records the K actually verified.
+run. It learns nothing; ``observe`` only counts. The guard rails are every policy's (``Policy.choose``):
+a K above the feasibility cap (B*(K+1) > max_num_batched_tokens) runs at the cap, reason
+"infeasible", and the sample records the K actually verified. Its ``control_interval`` is not the
+rules' one: the steps between two K changes are measurements ("sweep"), not "hold" steps.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.base import BucketK, Policy, StepFeedback, Target
 
 
 class SweepPolicy(Policy):
@@ -40,13 +41,10 @@ class SweepPolicy(Policy):
         """K the next decision returns (before the feasibility cap)."""
         return self.gammas[(self._decisions // self.control_interval) % len(self.gammas)]
 
-    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
+    def _target(self, bucket: BucketK, batch_size: int, current: int | None, low: int, high: int) -> Target:
         gamma = self.current
         self._decisions += 1
-        cap = max(0, int(max_feasible_gamma))
-        if gamma > cap:
-            return Decision(cap, "infeasible")
-        return Decision(gamma, "sweep")
+        return Target(gamma, "sweep")
 
     def observe(self, feedback: StepFeedback) -> None:
         if feedback.stable:

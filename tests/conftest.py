@@ -48,7 +48,8 @@ def tiny_models(demo_model_dir) -> dict[str, Path]:
     root = CACHE / "tiny"
     recipes = {
         "llama": lambda p: tm.build_llama(p, demo_model_dir, seed=1, vocab_size=vocab),
-        "llama-draft": lambda p: tm.build_llama(p, demo_model_dir, seed=2, vocab_size=vocab, layers=1),
+        # The target's own first layer as a draft model: cheap, right some of the time.
+        "llama-first-layer": lambda p: tm.build_truncated_copy(p, root / "llama", layers=1),
         "qwen2": lambda p: tm.build_qwen2(p, demo_model_dir, seed=3, vocab_size=vocab),
         "llama-eagle": lambda p: tm.build_llama_eagle_head(p, root / "llama", seed=4),
         # A sharpened target (a few tokens carry most of each step's mass) for sampled-output statistics,

@@ -79,7 +79,8 @@ def test_builtin_workloads_are_deterministic_and_sized_by_batch():
         assert first == again and [len(p.prompts) for p in first] == [4, 4]
         assert len(set(first[0].prompts + first[1].prompts)) == 8  # rounds use different prompts
     mixed = load_workload("mixed").phases(8, 1)
-    assert [(p.kind, len(p.prompts)) for p in mixed] == [("copy", 8), ("chat", 4), ("chat", 8), ("copy", 4)]
+    assert [(p.kind, len(p.prompts)) for p in mixed] == [("copy", 8), ("chat", 4), ("code", 8), ("chat", 8),
+                                                          ("copy", 1), ("code", 4), ("chat", 1), ("copy", 4)]
 
 
 def test_a_prompt_file_is_a_workload(tmp_path):
@@ -145,9 +146,50 @@ def test_statistics_ratios_acceptance_histogram_and_equality():
     assert rows["online"]["k_histogram"] == {"1": 2, "3": 8}
     assert rows["fixed:3"]["matches_target_only"] is True
     assert rows["online"]["mismatch_rate"] == pytest.approx(0.25) and rows["online"]["matches_target_only"] is False
-    found = {(c["check"], c["ok"]) for c in stats.checks(policies, [cell])}
-    assert found == {("x best fixed K >= 0.98", False), ("x target-only >= 0.97", True)}
+    # Two paired rounds as far apart as these cannot resolve a target: never called met or missed.
+    found = {(c["check"], c["verdict"], c["ok"]) for c in stats.checks(policies, [cell])}
+    assert found == {("x best fixed K >= 0.98", "not resolved", None), ("x target-only >= 0.97", "not resolved", None)}
     assert rows["online"]["ratio_online"] == pytest.approx(1.0)
+    assert rows["online"]["paired_target_only"]["ratio"] == pytest.approx(math.sqrt(4.0 * 2.0))  # rounds: 4x, 2x
+
+
+def _rounds_run(policy: str, seconds_per_round: list[float], tokens: int = 100) -> EngineRun:
+    """One interleaved repeat of one policy: a phase per round, all in cell w@2."""
+    phases = [{"cell": "w@2", "name": f"w#{r + 1}", "kind": "w", "batch": 2, "round": r, "elapsed_s": seconds,
+               "started_at": 0.0, "ended_at": seconds, "output_tokens": tokens, "selections": {}, "counters": {}}
+              for r, seconds in enumerate(seconds_per_round)]
+    return EngineRun(policy, 0, 0, ok=True, wall_s=1.0, log="", phases=phases, outputs=[[[1]]] * len(phases))
+
+
+@pytest.mark.parametrize(("online_factor", "verdict"), [(1.10, "met"), (0.90, "missed"), (0.98, "not resolved")])
+def test_paired_rounds_give_intervals_and_three_verdicts(online_factor, verdict):
+    """The machine's speed drifts by 2x across rounds; the pairs cancel it and resolve a 10% difference."""
+    policies = parse_policies("target-only,fixed:1,fixed:3,online")
+    drift = [1.0, 1.4, 0.7, 2.0, 1.1, 0.9, 1.6, 0.8]
+    jitter = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01, 0.99]  # within-round noise of the online policy
+    runs = [_rounds_run("target-only", [2.0 * d for d in drift]), _rounds_run("fixed:1", [1.5 * d for d in drift]),
+            _rounds_run("fixed:3", [1.0 * d for d in drift]),
+            _rounds_run("online", [d * j / online_factor for d, j in zip(drift, jitter)])]
+    (cell,) = stats.summarise(policies, [_cell()], runs)
+    online = cell["policies"]["online"]
+    assert cell["best_fixed"] == "fixed:3"
+    interval = online["paired_best_fixed"]
+    assert interval["pairs"] == 8 and interval["low"] < interval["ratio"] < interval["high"]
+    assert interval["ratio"] == pytest.approx(online_factor, rel=0.01)
+    assert interval["high"] / interval["low"] < 1.04, "the drift must cancel in the pairs"
+    assert cell["policies"]["fixed:3"]["paired_best_fixed"]["ratio"] == pytest.approx(1.0)
+    found = {c["check"]: c["verdict"] for c in stats.checks(policies, [cell]) if c["policy"] == "online"}
+    assert found["x best fixed K >= 0.98"] == verdict
+    assert found["x target-only >= 0.97"] == "met"  # about 2x target-only
+
+
+def test_pairs_needed_for_two_percent_follow_the_spread():
+    from vspec_cli.benchlib import paired
+
+    assert paired.rounds_for(0.0198, 0.02) == 4  # sd of the log ratio ~2%: (1.96 * 1)^2
+    assert paired.rounds_for(0.05, 0.02) > paired.rounds_for(0.03, 0.02)
+    assert paired.verdict({"ratio": 1.0, "low": None, "high": None}, 0.98) == "not resolved"
+    assert paired.verdict(None, 0.98) is None
 
 
 @pytest.mark.parametrize(("profile_seconds", "ok"), [(2.5, True), (2.55, True), (2.6, False)])
@@ -161,7 +203,9 @@ def test_a_profile_policy_is_checked_against_online(tmp_path, profile_seconds, o
     (cell,) = stats.summarise(policies, [_cell()], runs)
     assert cell["policies"][f"profile:{profile}"]["ratio_online"] == pytest.approx(2.5 / profile_seconds)
     mine = [c for c in stats.checks(policies, [cell]) if c["check"] == "x online >= 0.98"]
-    assert [(c["policy"], c["ok"]) for c in mine] == [(f"profile:{profile}", ok)]
+    assert [c["policy"] for c in mine] == [f"profile:{profile}"]
+    # The point ratio is reported; one paired round has no interval, so it resolves nothing.
+    assert (mine[0]["value"] >= 0.98) is ok and mine[0]["verdict"] == "not resolved"
 
 
 def test_failed_runs_leave_gaps_not_crashes():
@@ -188,7 +232,11 @@ TINY_PROMPTS = ["one two three one two three one two three one two",
 
 
 @pytest.mark.vllm
-def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path):
+@pytest.mark.parametrize(("mode", "policies"), [("interleaved", "target-only,fixed:1,fixed:3,online"),
+                                                ("engines", "target-only,online")])
+def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path, mode, policies):
+    """interleaved (the default): one vspec engine switches between labelled policies round by round
+    beside a target-only engine; engines: a fresh engine per policy (the old method)."""
     out = tmp_path / "bench"
     prompts = tmp_path / "tiny.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in TINY_PROMPTS))
@@ -196,7 +244,7 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         capsys, "bench", "--target-model", str(tiny_models["llama"]), "--method", "ngram", "--gamma", "3",
         "--dtype", "float32", "--device", "cpu", "--max-model-len", "512", "--max-num-seqs", "4",
         "--gpu-memory-utilization", "0.3", "--adaptive-control-interval", "1", "--adaptive-min-gamma", "1",
-        "--policies", "target-only,online", "--workload", str(prompts), "--batch", "2", "--rounds", "2",
+        "--policies", policies, "--mode", mode, "--workload", str(prompts), "--batch", "2", "--rounds", "2",
         "--max-tokens", "24", "--ignore-eos", "--repeats", "1", "--enforce-eager", "--out", str(out), "--json",
     )
     assert result.exit_code == 0, result.stderr[-3000:]
@@ -205,11 +253,12 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path):
     assert document["schema"] == "vspec/bench/1"
     assert {"command", "versions", "machine", "settings", "policies", "workloads", "cells", "checks", "runs",
             "files"} <= set(document)
-    assert document["command"].startswith("vspec bench ") and "--policies target-only,online" in document["command"]
+    assert document["command"].startswith("vspec bench ") and f"--policies {policies}" in document["command"]
     assert document["versions"]["vllm"] and document["machine"]["cpu_count"]
-    assert [p["label"] for p in document["policies"]] == ["target-only", "online"]
+    labels = policies.split(",")
+    assert [p["label"] for p in document["policies"]] == labels and document["settings"]["mode"] == mode
     assert all(p["strict"] for p in document["policies"])
-    assert all(run["ok"] for run in document["runs"]) and len(document["runs"]) == 2
+    assert all(run["ok"] for run in document["runs"]) and len(document["runs"]) == len(labels)
 
     (cell,) = document["cells"]
     assert (cell["cell"], cell["workload"], cell["batch"]) == ("tiny@2", "tiny", 2)
@@ -227,6 +276,15 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path):
     assert online["k_histogram"] and sum(online["k_histogram"].values()) > 0
     assert all(1 <= int(k) <= 3 for k in online["k_histogram"])  # --adaptive-min-gamma 1, --gamma 3
     assert target["k_histogram"] is None and target["acceptance_length"] is None
+    assert online["paired_target_only"]["pairs"] == 2  # one repeat, two rounds
+    if mode == "interleaved":
+        # Constant-K policies ran through vspec's scheduler in the same engine as online: each label's
+        # steps ran at its own K, so the switch between rounds really happened.
+        for k in (1, 3):
+            row = cell["policies"][f"fixed:{k}"]
+            assert set(row["k_histogram"]) == {str(k)} and row["drafts"] > 0 and row["matches_target_only"]
+        orders = {tuple(p["order_position"] for p in run["phases"]) for run in document["runs"]}
+        assert len(orders) > 1, "every policy ran at the same place in every round"
 
     assert (out / "results.md").read_text().startswith("# vspec bench results")
     assert [Path(p).name for p in document["files"]["plots"]] == ["throughput.png", "k_over_time.png"]

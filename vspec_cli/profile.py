@@ -12,10 +12,8 @@ import typer
 from vspec_cli import _output
 from vspec_cli._errors import UserInputError
 from vspec_cli._factory import typer_factory
-from vspec_cli._options import (
-    ConfigOpt, DeviceOpt, DrafterOpt, DryRunOpt, DtypeOpt, GammaOpt, GpuMemOpt, JsonOpt, MaxBatchedTokensOpt,
-    MaxModelLenOpt, MaxNumSeqsOpt, MethodOpt, NgramMaxOpt, NgramMinOpt, TargetModelOpt, overrides_from_flags,
-)
+from vspec_cli._options import ConfigOpt, DryRunOpt, JsonOpt
+from vspec_cli.spec_flags import ENGINE_FIELDS, MODEL_FIELDS, SpecOverrides, spec_flags
 
 COLLECT_EXAMPLES = """
 [bold]Examples[/bold]
@@ -38,6 +36,7 @@ SHOW_EXAMPLES = """
 profile_app = typer_factory(help="Measure per-K step latency inside one engine, and show fitted profiles.")
 
 
+@spec_flags(MODEL_FIELDS + ENGINE_FIELDS)
 def collect(
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile JSON to write; the samples, manifest "
                                          "and engine log go beside it (NAME.samples.jsonl, NAME.manifest.json, "
@@ -56,18 +55,8 @@ def collect(
                                                 "but not what a default server runs.")] = False,
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
-    method: MethodOpt = None,
-    target_model: TargetModelOpt = None,
-    drafter: DrafterOpt = None,
-    gamma: GammaOpt = None,
-    ngram_min: NgramMinOpt = None,
-    ngram_max: NgramMaxOpt = None,
-    device: DeviceOpt = None,
-    max_num_seqs: MaxNumSeqsOpt = None,
-    max_model_len: MaxModelLenOpt = None,
-    max_num_batched_tokens: MaxBatchedTokensOpt = None,
-    dtype: DtypeOpt = None,
-    gpu_memory_utilization: GpuMemOpt = None,
+    *,
+    spec_overrides: SpecOverrides,
 ) -> None:
     """Measure step latency for every K at every batch size in ONE engine, then fit the profile.
 
@@ -79,8 +68,7 @@ def collect(
     from vspec_cli.profiling.collect import CollectSettings, parse_int_list, plan_collect
     from vspec_cli.resolve import resolve_model_paths, resolve_spec
 
-    flags = dict(locals())
-    spec = resolve_spec(preset, str(config) if config else None, overrides_from_flags(flags))
+    spec = resolve_spec(preset, str(config) if config else None, spec_overrides)
     settings = CollectSettings(
         gammas=parse_int_list(gammas, "--gammas") if gammas else tuple(range(spec.gamma + 1)),
         batches=parse_int_list(batches, "--batches"),

@@ -10,19 +10,12 @@ import typer
 
 from vspec_cli import _output
 from vspec_runtime import paths
-from vspec_cli._options import (
-    AcceptAfterTokensOpt, AcceptFromPositionOpt, AcceptMarginOpt, AcceptTopkOpt, AdaptiveExplorationOpt,
-    AdaptiveHysteresisOpt, AdaptiveIntervalOpt, AdaptiveMaxStepOpt, AdaptiveMinGammaOpt, AdaptiveOpt,
-    AdaptivePolicyOpt, AdaptiveProfileOpt, AdaptiveTraceOpt, AdaptiveWindowOpt, ConfigOpt, DeviceOpt,
-    DrafterOpt, DryRunOpt, DtypeOpt, EntropyScaleOpt, EntropyStopOpt, EntropyThresholdOpt, EntropyTopkOpt,
-    GammaOpt, GpuMemOpt, HostOpt, JsonOpt, MaxBatchedTokensOpt, MaxModelLenOpt, MaxNumSeqsOpt, MethodOpt,
-    NgramMaxOpt, NgramMinOpt, PortOpt, ProtectedIdsOpt, ServedNameOpt, TargetModelOpt,
-    overrides_from_flags, parse_token_ids,
-)
+from vspec_cli._options import ConfigOpt, DryRunOpt, JsonOpt
 from vspec_cli.launch import build_launch
 from vspec_cli.presets import preset_description, preset_names
 from vspec_cli.process import run_foreground
 from vspec_cli.resolve import resolve_model_paths, resolve_spec
+from vspec_cli.spec_flags import ALL_FIELDS, SpecOverrides, set_fields_help, spec_flags
 
 EXAMPLES = """
 [bold]Examples[/bold]
@@ -32,6 +25,7 @@ EXAMPLES = """
   vspec serve demo --no-speculation --port 8001     # target-only, to compare
   vspec serve eagle --adaptive-policy fixed --gamma 3 -- --enforce-eager
   vspec serve --target-model ./my-model --method ngram --gamma 4
+  vspec serve demo --set adaptive.trace=t.jsonl     # a field with no flag (see below)
 """
 
 
@@ -43,6 +37,7 @@ def prepare_demo_with_progress() -> Path:
         return build_demo_model(target, progress=lambda msg: status.update(msg))
 
 
+@spec_flags(ALL_FIELDS)
 def serve(
     ctx: typer.Context,
     preset: Annotated[Optional[str], typer.Argument(help="Preset name (see --list-presets) or a .toml file.",
@@ -52,40 +47,8 @@ def serve(
     dry_run: DryRunOpt = False,
     json_out: JsonOpt = False,
     list_presets: Annotated[bool, typer.Option("--list-presets", help="List the presets and exit.")] = False,
-    method: MethodOpt = None,
-    target_model: TargetModelOpt = None,
-    drafter: DrafterOpt = None,
-    gamma: GammaOpt = None,
-    ngram_min: NgramMinOpt = None,
-    ngram_max: NgramMaxOpt = None,
-    adaptive_speculation: AdaptiveOpt = None,
-    adaptive_policy: AdaptivePolicyOpt = None,
-    adaptive_profile: AdaptiveProfileOpt = None,
-    adaptive_min_gamma: AdaptiveMinGammaOpt = None,
-    adaptive_max_gamma_step: AdaptiveMaxStepOpt = None,
-    adaptive_control_interval: AdaptiveIntervalOpt = None,
-    adaptive_hysteresis: AdaptiveHysteresisOpt = None,
-    adaptive_online_window: AdaptiveWindowOpt = None,
-    adaptive_online_exploration: AdaptiveExplorationOpt = None,
-    adaptive_trace: AdaptiveTraceOpt = None,
-    adaptive_entropy_stop: EntropyStopOpt = None,
-    adaptive_entropy_topk: EntropyTopkOpt = None,
-    adaptive_entropy_threshold: EntropyThresholdOpt = None,
-    adaptive_entropy_scale: EntropyScaleOpt = None,
-    confidence_accept_margin: AcceptMarginOpt = None,
-    eagle_relaxed_accept_topk: AcceptTopkOpt = None,
-    confidence_accept_from_position: AcceptFromPositionOpt = None,
-    confidence_accept_after_tokens: AcceptAfterTokensOpt = None,
-    confidence_protected_token_ids: ProtectedIdsOpt = None,
-    host: HostOpt = None,
-    port: PortOpt = None,
-    device: DeviceOpt = None,
-    max_num_seqs: MaxNumSeqsOpt = None,
-    max_model_len: MaxModelLenOpt = None,
-    max_num_batched_tokens: MaxBatchedTokensOpt = None,
-    dtype: DtypeOpt = None,
-    gpu_memory_utilization: GpuMemOpt = None,
-    served_model_name: ServedNameOpt = None,
+    *,
+    spec_overrides: SpecOverrides,
 ) -> None:
     """Launch a real `vllm serve` with speculative decoding configured from a preset.
 
@@ -94,9 +57,7 @@ def serve(
     if list_presets:
         _print_presets(json_out)
         return
-    flags = dict(locals())
-    flags["confidence_protected_token_ids"] = parse_token_ids(confidence_protected_token_ids)
-    spec = resolve_spec(preset, str(config) if config else None, overrides_from_flags(flags), no_speculation)
+    spec = resolve_spec(preset, str(config) if config else None, spec_overrides, no_speculation)
     model_paths = resolve_model_paths(spec, strict=not dry_run,
                                       prepare_demo=None if dry_run else prepare_demo_with_progress)
     plan = build_launch(spec, model_paths.target, model_paths.drafter, tuple(ctx.args))
@@ -138,6 +99,7 @@ def register(app: typer.Typer) -> None:
     app.command(
         "serve",
         help=serve.__doc__ + EXAMPLES,
+        epilog=set_fields_help(ALL_FIELDS),
         context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
     )(serve)
 

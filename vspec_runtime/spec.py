@@ -31,38 +31,51 @@ class _Strict(BaseModel):
 class AdaptiveSettings(_Strict):
     """How the controller picks K each step (see docs/architecture.md, "Controller maths")."""
 
-    enabled: bool = False
-    policy: PolicyName = "online"
-    profile: Optional[str] = None  # profile JSON for policy=profile
-    min_gamma: int = Field(0, ge=0, le=MAX_GAMMA)
-    max_gamma_step: int = Field(2, ge=1, le=MAX_GAMMA)  # largest move between two decisions
-    control_interval: int = Field(4, ge=1, le=10_000)  # steps between decisions
-    hysteresis: float = Field(0.05, ge=0.0, le=1.0)  # switch only when the best beats current by this
-    online_window: int = Field(32, ge=2, le=100_000)  # samples per arm in the sliding window
-    online_exploration: float = Field(0.01, ge=0.0, le=10.0)  # UCB c
-    model_guided: bool = True  # predict unvisited arms from the acceptance model; skip hopeless ones
-    gamma0_mode: Literal["sticky", "sync"] = "sticky"  # model drafters' K=0: held until the batch drains
-    fixed_gamma: Optional[int] = Field(None, ge=0, le=MAX_GAMMA)  # policy=fixed; default: gamma
-    table: Optional[dict[int, int]] = None  # policy=table: batch size -> K (vLLM's lookup)
-    trace: Optional[str] = None  # JSON lines, one per decision
-    samples: Optional[str] = None  # JSON lines, one per verified step (profiling input)
-    sweep_gammas: Optional[tuple[int, ...]] = None  # policy=sweep: K values cycled, control_interval steps each
-    seed: int = 0
+    enabled: bool = Field(False, description="Let the controller choose K every step.")
+    policy: PolicyName = Field("online", description="How the controller chooses K.")
+    profile: Optional[str] = Field(None, description="Latency profile JSON for policy profile.")
+    min_gamma: int = Field(0, ge=0, le=MAX_GAMMA,
+                           description="Smallest K the controller may pick (0 = speculation off).")
+    max_gamma_step: int = Field(2, ge=1, le=MAX_GAMMA, description="Largest change of K per decision.")
+    control_interval: int = Field(4, ge=1, le=10_000, description="Decode steps between decisions.")
+    hysteresis: float = Field(0.05, ge=0.0, le=1.0,
+                              description="Switch only when the best K beats the current one by this fraction.")
+    online_window: int = Field(32, ge=2, le=100_000,
+                               description="Samples per K in the online policy's sliding window.")
+    online_exploration: float = Field(0.01, ge=0.0, le=10.0,
+                                      description="UCB exploration weight (c) of the online policy.")
+    model_guided: bool = Field(True, description="Online policy: predict unmeasured K from the acceptance "
+                                                 "model and skip hopeless ones.")
+    gamma0_mode: Literal["sticky", "sync"] = Field(
+        "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
+    fixed_gamma: Optional[int] = Field(None, ge=0, le=MAX_GAMMA, description="K for policy fixed (default: gamma).")
+    table: Optional[dict[int, int]] = Field(None, description="Policy table: batch size -> K (vLLM's lookup).")
+    trace: Optional[str] = Field(None, description="Write one JSON line per decision to this file.")
+    samples: Optional[str] = Field(None, description="Write one JSON line per verified step to this file "
+                                                     "(profiling input).")
+    sweep_gammas: Optional[tuple[int, ...]] = Field(
+        None, description="Policy sweep: the K values cycled, control_interval steps each.")
+    seed: int = Field(0, description="Seed of the online policy's random choices.")
     # Confidence stop (lossless): cut a request's draft at the first uncertain position.
-    entropy_stop: bool = False
-    entropy_topk: int = Field(2, ge=2, le=64)
-    entropy_threshold: float = Field(0.3, gt=0.0)
-    entropy_scale: float = Field(0.15, gt=0.0)
+    entropy_stop: bool = Field(False, description="Confidence stop (lossless): cut a request's draft at the "
+                                                  "first uncertain position; model drafters only.")
+    entropy_topk: int = Field(2, ge=2, le=64, description="Confidence stop: top-k of the draft entropy.")
+    entropy_threshold: float = Field(0.3, gt=0.0, description="Confidence stop: stop when entropy*scale > "
+                                                              "threshold^2.")
+    entropy_scale: float = Field(0.15, gt=0.0, description="Confidence stop: scale of the entropy test.")
 
 
 class RelaxedAcceptance(_Strict):
     """Opt-in acceptance of near-miss drafts under greedy decoding. Changes outputs."""
 
-    margin: Optional[float] = Field(None, gt=0.0)  # accept if target logit within margin of the top
-    topk: Optional[int] = Field(None, ge=1, le=64)  # or if the draft is in the target's top-k
-    from_position: int = Field(0, ge=0)  # only draft positions >= this (0-based)
-    after_tokens: int = Field(0, ge=0)  # only once the request generated this many tokens
-    protected_token_ids: tuple[int, ...] = ()  # never accepted by relaxation (EOS, tool tags, ...)
+    margin: Optional[float] = Field(None, gt=0.0, description="Accept a draft whose target logit is within "
+                                                              "this margin of the top (CHANGES OUTPUTS).")
+    topk: Optional[int] = Field(None, ge=1, le=64, description="Accept a draft in the target's top-k "
+                                                               "(CHANGES OUTPUTS).")
+    from_position: int = Field(0, ge=0, description="Relax only draft positions >= this (0-based).")
+    after_tokens: int = Field(0, ge=0, description="Relax only once the request generated this many tokens.")
+    protected_token_ids: tuple[int, ...] = Field((), description="Token ids never accepted by relaxation "
+                                                                 "(EOS, tool tags, ...).")
 
     @property
     def enabled(self) -> bool:
@@ -72,28 +85,32 @@ class RelaxedAcceptance(_Strict):
 class ServingSettings(_Strict):
     """What `vllm serve` gets besides the speculative config."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    device: Optional[str] = None  # "cpu", or accelerator ids like "0,1"
-    max_num_seqs: Optional[int] = Field(None, ge=1)
-    max_model_len: Optional[int] = Field(None, ge=16)
-    max_num_batched_tokens: Optional[int] = Field(None, ge=16)
-    dtype: Optional[str] = None
-    gpu_memory_utilization: Optional[float] = Field(None, gt=0.0, le=1.0)
-    served_model_name: Optional[str] = None
-    extra_args: tuple[str, ...] = ()  # passed to `vllm serve` untouched
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=0, le=65535, description="Port to listen on.")
+    device: Optional[str] = Field(None, description="'cpu', or accelerator ids like '0,1' (sets the platform's "
+                                                    "visible-devices variable).")
+    max_num_seqs: Optional[int] = Field(None, ge=1, description="Most concurrent requests in a batch.")
+    max_model_len: Optional[int] = Field(None, ge=16, description="Context length.")
+    max_num_batched_tokens: Optional[int] = Field(None, ge=16, description="Most tokens in one step "
+                                                                           "(bounds B*(K+1)).")
+    dtype: Optional[str] = Field(None, description="Model dtype (float32 on CPU for exact equality).")
+    gpu_memory_utilization: Optional[float] = Field(None, gt=0.0, le=1.0, description="Share of accelerator "
+                                                    "memory (on CPU: of host memory).")
+    served_model_name: Optional[str] = Field(None, description="Model name clients use.")
+    extra_args: tuple[str, ...] = Field((), description="Arguments passed to `vllm serve` untouched (on the "
+                                                        "command line: after `--`).")
 
 
 class RuntimeSpec(_Strict):
     """Everything the runtime needs, validated once."""
 
-    version: int = SPEC_SCHEMA_VERSION
-    method: Method = "ngram"
-    target_model: str
-    drafter: Optional[str] = None
-    gamma: int = Field(4, ge=1, le=MAX_GAMMA)  # the maximum K (vLLM's num_speculative_tokens)
-    ngram_min: int = Field(1, ge=1, le=32)  # n-gram lookup window, method=ngram
-    ngram_max: int = Field(4, ge=1, le=32)
+    version: int = Field(SPEC_SCHEMA_VERSION, description="Spec schema version.")
+    method: Method = Field("ngram", description="Drafting method.")
+    target_model: str = Field(description="Target model: a `vspec models` name, a path or a hub id.")
+    drafter: Optional[str] = Field(None, description="Draft model or EAGLE head (a `vspec models` name or a path).")
+    gamma: int = Field(4, ge=1, le=MAX_GAMMA, description="Maximum K (vLLM's num_speculative_tokens).")
+    ngram_min: int = Field(1, ge=1, le=32, description="Smallest n-gram to match (method ngram).")
+    ngram_max: int = Field(4, ge=1, le=32, description="Largest n-gram to match (method ngram).")
     adaptive: AdaptiveSettings = AdaptiveSettings()
     relaxed: RelaxedAcceptance = RelaxedAcceptance()
     serving: ServingSettings = ServingSettings()

@@ -208,9 +208,10 @@ def test_apply_all_enables_relaxed_patches_only_when_asked(monkeypatch):
     from vspec_runtime.spec import RuntimeSpec
 
     base = {"method": "eagle", "target_model": "t", "drafter": "d"}
-    assert [e.name for e in patches.enabled_for(RuntimeSpec(**base))] == ["qwen2-eagle-models"]
+    # cpu-expand-kernel fixes sampled requests under any speculation (strict too): always on here.
+    assert [e.name for e in patches.enabled_for(RuntimeSpec(**base))] == ["cpu-expand-kernel", "qwen2-eagle-models"]
     on = RuntimeSpec(**base, relaxed={"margin": 1.0})
-    assert {e.name for e in patches.enabled_for(on)} == {"qwen2-eagle-models", "relaxed-acceptance"}
+    assert {e.name for e in patches.enabled_for(on)} == {"cpu-expand-kernel", "qwen2-eagle-models", "relaxed-acceptance"}
     gated = RuntimeSpec(**base, relaxed={"topk": 2, "after_tokens": 16})
     assert "relaxed-acceptance-token-counts" in {e.name for e in patches.enabled_for(gated)}
 

@@ -1,8 +1,11 @@
 """`vspec doctor`: versions, platform, every vLLM symbol vspec relies on, and a real plugin load.
 
 A list of checks, each ok/warn/fail with a one-line reason; exit 1 on any fail. The vLLM symbols
-come from vspec_runtime/vllm_surface.py. vLLM logs and skips a plugin that fails to import, so the
-plugin check runs vLLM's own loader in a fresh process (VSPEC_SPEC unset) and looks for "vspec".
+come from vspec_runtime/vllm_surface.py. With ``--preset P`` doctor checks what P would run: the
+symbols for its method and adaptive settings, and one check per extension P enables
+(vspec_runtime/patches REGISTRY), ok when every symbol that extension relies on is. vLLM logs and
+skips a plugin that fails to import, so the plugin check runs vLLM's own loader in a fresh process
+(VSPEC_SPEC unset) and looks for "vspec".
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class Check:
     name: str
     status: str  # ok | warn | fail
     reason: str
-    kind: str = "environment"  # environment | vllm-symbol | plugin
+    kind: str = "environment"  # environment | vllm-symbol | extension | plugin
 
 
 @dataclass
@@ -249,24 +252,54 @@ def sampling_check() -> Check:
                  "is no longer needed (see docs/patches.md)")
 
 
+def extension_checks(extensions: list, surface: tuple[vllm_surface.Sym, ...] = vllm_surface.SURFACE,
+                     import_module: Callable[[str], Any] = importlib.import_module) -> list[Check]:
+    """One check per extension (vspec_runtime.patches.Extension): ok when all its symbols are."""
+    return [_extension_check(extension, surface, import_module) for extension in extensions]
+
+
+def _extension_check(extension, surface, import_module) -> Check:
+    from vspec_runtime.patches import symbols_of
+
+    name = f"extension {extension.name}"
+    try:
+        targets = symbols_of(extension)
+    except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash doctor
+        return Check(name, "fail", f"cannot read its symbols from {extension.module} ({type(exc).__name__}: {exc})", "extension")
+    by_target = {sym.target: sym for sym in surface}
+    troubles = []
+    for target in targets:
+        sym = by_target.get(target)
+        # An unlisted target is a vspec bug: the patch itself would refuse to apply.
+        trouble = "not listed in vllm_surface.SURFACE" if sym is None else vllm_surface.problem(sym, import_module)
+        if trouble:
+            troubles.append(f"{target.replace(':', '.')}: {trouble}")
+    if troubles:
+        return Check(name, "fail", f"{extension.kind} cannot work on this vLLM: " + "; ".join(troubles), "extension")
+    count = f"{len(targets)} symbol{'s' if len(targets) != 1 else ''}"
+    return Check(name, "ok", f"{extension.kind}, {count} ok: {extension.why}", "extension")
+
+
 def run_doctor(
     method: Optional[str] = None,
     adaptive: bool = False,
     surface: tuple[vllm_surface.Sym, ...] = vllm_surface.SURFACE,
     import_module: Callable[[str], Any] = importlib.import_module,
     plugin_probe: bool = True,
+    extensions: Optional[list] = None,
 ) -> Report:
-    """All checks for ``method``/``adaptive`` (neither: everything). Pure data; the CLI renders it."""
+    """All checks for ``method``/``adaptive`` (neither: everything), plus one per extension in
+    ``extensions`` (a preset's, see ``preset_scope``). Pure data; the CLI renders it."""
     probe = start_plugin_probe() if plugin_probe else None  # runs while the symbols are checked
     try:
-        return _checks(method, adaptive, surface, import_module, probe)
+        return _checks(method, adaptive, surface, import_module, probe, extensions or [])
     finally:
         if probe is not None and probe.poll() is None:
             probe.kill()
             probe.communicate()
 
 
-def _checks(method, adaptive, surface, import_module, probe) -> Report:
+def _checks(method, adaptive, surface, import_module, probe, extensions) -> Report:
     py = sys.version_info
     environment: dict[str, Any] = {
         "python": {"version": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix},
@@ -295,6 +328,7 @@ def _checks(method, adaptive, surface, import_module, probe) -> Report:
     for sym in vllm_surface.selected(method, adaptive, surface):
         trouble = vllm_surface.problem(sym, import_module)
         report.checks.append(Check(sym.name, "fail" if trouble else "ok", trouble or f"{sym.kind}: {sym.why}", "vllm-symbol"))
+    report.checks.extend(extension_checks(extensions, surface, import_module))
     if environment["platform"] == "cpu" and method != "none":
         report.checks.append(sampling_check())
     report.checks.append(_entry_point_check())
@@ -310,6 +344,7 @@ EXAMPLES = """
 
   vspec doctor
   vspec doctor --method eagle --adaptive
+  vspec doctor --preset demo
   vspec doctor --json | jq '.checks[] | select(.status != "ok")'
 """
 
@@ -318,24 +353,42 @@ def doctor(
     method: Annotated[Optional[str], typer.Option(help="Check only what this method needs: ngram, draft, eagle, eagle3, none.",
                                                   show_default=False)] = None,
     adaptive: Annotated[bool, typer.Option("--adaptive", help="Include the checks for adaptive K (with --method).")] = False,
+    preset: Annotated[Optional[str], typer.Option(help="Check what this preset (name or .toml file) would run: its method, "
+                                                       "adaptive K and every extension it enables.", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (for scripts).")] = False,
 ) -> None:
     """Check this host: Python, vspec, vLLM, torch, the platform, every vLLM symbol vspec uses and the plugin load.
 
-    Without --method/--adaptive every check runs. Exit 1 when any check fails.
+    Without --method/--adaptive/--preset every check runs. Exit 1 when any check fails.
     """
     from vspec_cli import _output
     from vspec_cli._errors import UserInputError
 
     if method is not None and method not in vllm_surface.METHODS:
         raise UserInputError(f"--method must be one of {', '.join(vllm_surface.METHODS)}, not '{method}'")
-    report = run_doctor(method, adaptive)
+    extensions = None
+    if preset is not None:
+        if method is not None or adaptive:
+            raise UserInputError("--preset already says the method and whether K is adaptive: drop --method/--adaptive")
+        method, adaptive, extensions = preset_scope(preset)
+    report = run_doctor(method, adaptive, extensions=extensions)
     if json_out:
         _output.print_json("doctor", report.as_dict())
     else:
         render(report)
     if report.failed:
         raise typer.Exit(1)
+
+
+def preset_scope(preset: str) -> tuple[str, bool, list]:
+    """(method, adaptive, extensions) of a preset as `vspec serve PRESET` would run it, no flags.
+
+    The extensions include the shims this installation runs (vspec_runtime/patches REGISTRY)."""
+    from vspec_cli.resolve import resolve_spec
+    from vspec_runtime import patches
+
+    spec = resolve_spec(preset, None, {})
+    return spec.method, spec.adaptive_active, patches.enabled_for(spec, include_shims=True)
 
 
 def render(report: Report) -> None:

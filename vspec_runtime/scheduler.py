@@ -6,8 +6,11 @@ extension point, config/scheduler.py). It relies on vLLM's "dynamic SD" plumbing
 dense list ``self.dynamic_sd_lookup`` (indexed by batch size) into
 ``SchedulerOutput.num_spec_tokens_to_schedule``, and the model runner drafts that many tokens.
 We rewrite that list before each ``schedule()`` and read the verified counts after each
-``update_from_output()``. Symbols used are listed in vspec_runtime/vllm_surface.py and checked by
-`vspec doctor`.
+``update_from_output()``. What it reads from vLLM's step objects is read in
+vspec_runtime/vllm_adapter.py; every vLLM member used here or there is listed in
+vspec_runtime/vllm_surface.py (needed for "adaptive"), checked by `vspec doctor` and once per process
+when this scheduler starts: a renamed member stops the engine at start-up, naming it, rather than
+leaving K frozen without a word.
 
 Fault isolation: any exception in vspec's code here is logged once with its traceback, K is frozen
 at a safe value and vLLM keeps serving as with a fixed K.
@@ -22,10 +25,35 @@ from typing import Any, Optional
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from vspec_runtime import vllm_adapter, vllm_surface
 from vspec_runtime.activation import active_spec
-from vspec_runtime.controller import AdaptiveController, ObservedStep
+from vspec_runtime.controller import AdaptiveController
+from vspec_runtime.patches._base import IncompatibleVllm
 
 logger = logging.getLogger("vspec.scheduler")
+
+_surface_ok = False  # set once the start-up check passed: vLLM cannot change under a running process
+
+
+def check_vllm_surface() -> None:
+    """Raise IncompatibleVllm naming every "adaptive" SURFACE member the installed vLLM lacks.
+
+    Without this, a renamed field would raise inside the guarded per-step code, which freezes K and
+    serves on: correct output, but the controller silently off. Checked once per process."""
+    global _surface_ok
+    if _surface_ok:
+        return
+    missing = [(sym, reason) for sym in vllm_surface.SURFACE
+               if "adaptive" in sym.needed_for and (reason := vllm_surface.problem(sym)) is not None]
+    if missing:
+        from vspec_runtime import SUPPORTED_VLLM
+
+        details = "; ".join(f"{sym.name}: {reason}" for sym, reason in missing)
+        raise IncompatibleVllm(
+            f"vspec's adaptive scheduler cannot run on this vLLM ({details}). vspec supports vLLM "
+            f"{SUPPORTED_VLLM}; run `vspec doctor --adaptive` for the full list, or serve without adaptive K."
+        )
+    _surface_ok = True
 
 
 class AdaptiveScheduler(Scheduler):
@@ -40,6 +68,7 @@ class AdaptiveScheduler(Scheduler):
         if spec is None or not spec.adaptive_active:
             logger.warning("vspec scheduler loaded without an adaptive vspec spec: behaving like vLLM's Scheduler")
             return
+        check_vllm_surface()  # before the first read of a listed member below
         if self.dynamic_sd_lookup is None or self.num_spec_tokens <= 0:
             logger.warning(
                 "vspec: vLLM's per-step K is off (no num_speculative_tokens_per_batch_size in the "
@@ -88,14 +117,7 @@ class AdaptiveScheduler(Scheduler):
 
     def _count_confidence_cuts(self, draft_token_ids) -> None:
         asked = self._vspec_drafting_k
-        kept: dict[str, int] = {}
-        for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
-            request = self.requests.get(req_id)
-            if request is None or request.is_finished() or request.is_prefill_chunk:
-                continue
-            if 0 < len(drafts) < asked:
-                kept[req_id] = len(drafts)
-        self._vspec.observe_confidence_cuts(asked, kept)
+        self._vspec.observe_confidence_cuts(asked, vllm_adapter.confidence_cuts(draft_token_ids, self.requests, asked))
 
     def shutdown(self) -> None:
         if self._vspec is not None:
@@ -124,40 +146,11 @@ class AdaptiveScheduler(Scheduler):
             if output_id == id(scheduler_output):
                 scheduled_at = started
                 break
-        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
-        sampled = model_runner_output.sampled_token_ids
-        index_of = model_runner_output.req_id_to_index
-        invalid = scheduler_output.num_invalid_spec_tokens or {}
-        drafted, accepted = [], []
-        for req_id, drafts in spec_tokens.items():
-            index = index_of.get(req_id)
-            if index is None or not sampled or index >= len(sampled):
-                continue
-            drafted.append(len(drafts) - invalid.get(req_id, 0))
-            accepted.append(max(len(sampled[index]) - 1, 0))
-        num_scheduled = scheduler_output.num_scheduled_tokens
-        pure_decode = (
-            not scheduler_output.scheduled_new_reqs
-            and not scheduler_output.preempted_req_ids
-            and all(count == 1 + len(spec_tokens.get(req_id, ())) for req_id, count in num_scheduled.items())
+        step = vllm_adapter.observed_step(
+            scheduler_output, model_runner_output, scheduled_at=scheduled_at, completed_at=completed,
+            requests=self.requests if self._vspec.wants_context else None,
         )
-        context_tokens = 0
-        if self._vspec.wants_context:
-            requests = self.requests
-            context_tokens = sum(requests[rid].num_computed_tokens for rid in num_scheduled if rid in requests)
-        self._vspec.observe_step(
-            ObservedStep(
-                drafted=tuple(drafted),
-                accepted=tuple(accepted),
-                batch_size=len(num_scheduled),
-                pure_decode=pure_decode,
-                scheduled_at=scheduled_at,
-                completed_at=completed,
-                batched_tokens=scheduler_output.total_num_scheduled_tokens,
-                context_tokens=context_tokens,
-            ),
-            idle_after=not self.running and not self.waiting,
-        )
+        self._vspec.observe_step(step, idle_after=not self.running and not self.waiting)
 
     def _publish_fault(self, frozen_gamma: int) -> None:
         try:

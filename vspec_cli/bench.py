@@ -185,6 +185,9 @@ class _Progress:
         elif kind == "stage" and fields.get("stage") == "phase":
             self.progress.update(self.phases, total=fields["phases"], completed=fields["phase"],
                                  description=f"  {fields['name']}")
+            if not self.progress.console.is_terminal:  # a log file: one plain line per phase instead of a bar
+                self.progress.console.print(f"phase {fields['phase'] + 1}/{fields['phases']}: {fields['name']}",
+                                            highlight=False)
         elif kind == "stage" and fields.get("stage") == "done":
             self.progress.update(self.phases, completed=fields["phases"], description="  done")
         elif kind == "engine-done":

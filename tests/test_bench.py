@@ -302,3 +302,31 @@ def test_k_over_time_places_decisions_within_cells(tmp_path):
         series = [{"policy": "online", "repeat": 1, "phases": phases, "trace": trace}]
         assert plots.k_over_time(series, tmp_path / "k.png", "t").stat().st_size > 0
         assert plots.k_over_time([{**series[0], "trace": []}], tmp_path / "none.png", "t") is None
+
+
+@pytest.mark.vllm
+def test_sampled_bench_reports_quality_instead_of_equality(capsys, tiny_models, tmp_path):
+    """--temperature: seeded sampled requests, the same seeds for every policy; outputs are not compared
+    token for token (drafts change how randomness is used) but scored by the target's log-probabilities."""
+    out = tmp_path / "bench"
+    prompts = tmp_path / "tiny.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in TINY_PROMPTS))
+    result = run_cli(
+        capsys, "bench", "--target-model", str(tiny_models["llama-peaked"]), "--method", "ngram", "--gamma", "3",
+        "--dtype", "float32", "--device", "cpu", "--max-model-len", "512", "--max-num-seqs", "4",
+        "--gpu-memory-utilization", "0.3", "--policies", "target-only,fixed:3", "--workload", str(prompts),
+        "--batch", "2", "--rounds", "2", "--max-tokens", "16", "--ignore-eos", "--repeats", "1", "--enforce-eager",
+        "--temperature", "0.8", "--top-p", "0.95", "--out", str(out), "--json",
+    )
+    assert result.exit_code == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["settings"]["temperature"] == 0.8 and document["settings"]["top_p"] == 0.95
+    (cell,) = document["cells"]
+    target, fixed = cell["policies"]["target-only"], cell["policies"]["fixed:3"]
+    for row in (target, fixed):
+        assert row["mean_logprob"] is not None and row["mean_logprob"] < 0
+        assert row["matches_target_only"] is None  # sampled: no token-for-token comparison
+    assert target["logprob_gap"] == 0.0 and fixed["logprob_gap"] == pytest.approx(
+        fixed["mean_logprob"] - target["mean_logprob"])
+    assert fixed["drafts"] > 0
+    assert "logprob/token (vs target)" in (out / "results.md").read_text()

@@ -110,8 +110,9 @@ def _log_first_fix(dtype: Any) -> None:
     global _logged_first_fix
     if not _logged_first_fix:
         _logged_first_fix = True
-        logger.info("vspec patch %s live: expanded a %s tensor that vLLM's CPU kernel would have left "
-                    "unwritten (sampled request under speculation)", NAME, str(dtype).replace("torch.", ""))
+        # The first one is usually vLLM's own sampler warm-up at start-up, then every sampled step with drafts.
+        logger.info("vspec patch %s live: expanded a %s tensor (per-draft-position temperature or top-p) that "
+                    "vLLM's CPU kernel would have left unwritten", NAME, str(dtype).replace("torch.", ""))
 
 
 def _reregister_if_needed(original: Callable[..., Any], fixed: Callable[..., Any]) -> None:

@@ -172,3 +172,29 @@ def test_bad_config_file_names_the_file_and_the_key(capsys, tmp_path, toml_text,
 def test_missing_config_file_is_exit_2(capsys, tmp_path):
     result = run_cli(capsys, "serve", "demo", "--config", str(tmp_path / "absent.toml"), "--dry-run")
     assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_adaptive_k_turns_async_scheduling_off_and_says_so(capsys):
+    """vspec's scheduler is synchronous; vLLM 0.32 on CUDA would schedule eagle/draft asynchronously."""
+    argv = plan(capsys, "eagle")["argv"]
+    assert "--scheduler-cls" in argv and "--no-async-scheduling" in argv
+    assert "--no-async-scheduling" not in plan(capsys, "eagle", "--no-adaptive-enabled")["argv"]
+    assert "--no-async-scheduling" not in plan(capsys, "demo", "--no-speculation")["argv"]
+    given = run_cli(capsys, "serve", "eagle", "--dry-run", "--json", "--", "--no-async-scheduling")
+    assert json.loads(given.stdout)["argv"].count("--no-async-scheduling") == 1
+
+
+def test_async_scheduling_with_adaptive_k_is_refused(capsys):
+    result = run_cli(capsys, "serve", "eagle", "--dry-run", "--json", "--", "--async-scheduling")
+    assert result.exit_code == 2 and "drop --async-scheduling" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_engine_kwargs_turn_async_scheduling_off_for_adaptive_k():
+    from vspec_cli.launch import vllm_engine_kwargs
+    from vspec_runtime.spec import validate_spec
+
+    adaptive = validate_spec({"method": "ngram", "target_model": "t", "adaptive": {"enabled": True}})
+    fixed = validate_spec({"method": "ngram", "target_model": "t"})
+    assert vllm_engine_kwargs(adaptive, "t", None)["async_scheduling"] is False
+    assert "async_scheduling" not in vllm_engine_kwargs(fixed, "t", None)

@@ -18,6 +18,12 @@ from typing import Any, Optional
 from vspec_runtime.spec import RuntimeSpec
 
 SCHEDULER_CLS = "vspec_runtime.scheduler.AdaptiveScheduler"
+# AdaptiveScheduler subclasses vLLM's synchronous Scheduler. On CUDA, vLLM 0.32 turns async scheduling
+# on by default for eagle and draft models and then expects AsyncScheduler behaviour (draft
+# placeholders sized in _update_after_schedule, drafts delivered with the output), which this class
+# does not have; the CPU platform forces async off anyway. So adaptive K runs with it off, said aloud.
+SYNC_SCHEDULING_FLAG = "--no-async-scheduling"
+ASYNC_SCHEDULING_FLAG = "--async-scheduling"
 VLLM_METHOD = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3"}
 # Without an explicit max_num_seqs the dynamic-K table must still cover every batch size vLLM may run.
 DEFAULT_TABLE_MAX_BATCH = 1024
@@ -106,7 +112,23 @@ def vllm_engine_kwargs(spec: RuntimeSpec, target_path: str, drafter_path: Option
         kwargs["speculative_config"] = spec_config
     if spec.adaptive_active:
         kwargs["scheduler_cls"] = SCHEDULER_CLS
+        kwargs["async_scheduling"] = False  # see SYNC_SCHEDULING_FLAG
     return kwargs
+
+
+def scheduling_args(spec: RuntimeSpec, vllm_args: tuple[str, ...]) -> list[str]:
+    """``--no-async-scheduling`` for adaptive K (see SYNC_SCHEDULING_FLAG), unless the user already said so.
+
+    Raises UserInputError when the user asks for async scheduling together with adaptive K.
+    """
+    if not spec.adaptive_active or SYNC_SCHEDULING_FLAG in vllm_args:
+        return []
+    if any(arg == ASYNC_SCHEDULING_FLAG or arg.startswith(ASYNC_SCHEDULING_FLAG + "=") for arg in vllm_args):
+        from vspec_cli._errors import UserInputError
+
+        raise UserInputError("adaptive K runs vspec's synchronous scheduler: drop --async-scheduling, "
+                             "or serve a fixed K with --no-adaptive-enabled")
+    return [SYNC_SCHEDULING_FLAG]
 
 
 def build_launch(
@@ -133,6 +155,7 @@ def build_launch(
         argv += ["--speculative-config", json.dumps(spec_config, separators=(",", ":"))]
     if spec.adaptive_active:
         argv += ["--scheduler-cls", SCHEDULER_CLS]
+    argv += scheduling_args(spec, tuple(serving.extra_args) + tuple(vllm_args))
     argv += list(serving.extra_args) + list(vllm_args)
 
     env = {"VSPEC_SPEC": spec.to_json(), **device_environment(serving.device)}

@@ -10,9 +10,12 @@ concentrated enough for a few hundred seeds to tell distributions apart, and on 
 
 False alarms (see tests/sampling_stats.py): each chi-square test fails at p < ALPHA = 1e-4, and the
 log-probability gap fails beyond Z_LIMIT = 4.4 standard errors (two-sided about 1e-5). Over the
-about 20 tests in this file that is at most about 0.2% of CI runs failing by chance. The bug, and
-any like it, is far beyond both: without the patch the demo's mean log-probability per token drops
-from about -1.3 to -5.5 (test_detector_flags_the_unpatched_cpu_kernel keeps the detector honest).
+tests in this file that is at most about 0.2% of CI runs failing by chance. The bug is far beyond
+both when it shows: without the patch (VSPEC_DISABLE_PATCHES=cpu-expand-kernel) the demo's mean
+log-probability per token drops from about -1.3 to -5.5. It does not show in every engine run, because
+vLLM's kernel leaves the output as whatever memory the allocator handed back, sometimes the right
+values; so the deterministic proof that the patch is needed is the kernel-level test in
+tests/test_cpu_expand_kernel.py, and the engine tests here prove the patched engine is lossless.
 """
 
 from __future__ import annotations
@@ -152,20 +155,6 @@ def test_draft_model_is_partly_accepted(peaked_runs):
 def test_patch_is_live_inside_the_engine(peaked_runs):
     """The worker logs one line the first time the fixed expand kernel does what vLLM's would not."""
     assert "vspec patch cpu-expand-kernel live" in peaked_runs("ngram")["stderr"]
-
-
-def test_detector_flags_the_unpatched_cpu_kernel(tiny_models, peaked_target_only, tmp_path, monkeypatch):
-    """Without the patch (vLLM 0.32 as shipped) the same check must fail: the tests above can fail.
-
-    When this test fails, vLLM's CPU expand kernel may have been fixed upstream: check with
-    `vspec doctor` and delete the patch (its docstring says when)."""
-    monkeypatch.setenv("VSPEC_DISABLE_PATCHES", "cpu-expand-kernel")
-    target = str(tiny_models["llama-peaked"])
-    result = run_engine(tmp_path, "ngram", target, first_seed=100_000)
-    assert "vspec patch cpu-expand-kernel live" not in result["stderr"]
-    problems = distribution_problems(phase(result, "sampled")["outputs"],
-                                     phase(peaked_target_only, "sampled")["outputs"])
-    assert problems, "the unpatched CPU kernel went unnoticed: the distribution tests have no power"
 
 
 def test_demo_model_sampled_answers_match_target_only(demo_model_dir, tmp_path):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any, Optional
 from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
 from vspec_cli.benchlib.runner import BenchPlan, EngineRun, Event, file_label
 from vspec_cli.offline_run import DONE_MARK, PHASE_MARK, PROGRESS_MARK
+from vspec_cli.process import GRACE_SECONDS, stop_group
 from vspec_runtime.spec import RuntimeSpec, validate_spec
 
 TARGET_ENGINE = "target-only"
@@ -158,31 +158,15 @@ class EngineChild:
             self.close()
 
     def close(self) -> None:
+        """Stop the engine and every process it started (its own session), as `vspec serve` does."""
         if self.proc.poll() is None:
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=30)  # after finish(): the engine is shutting down by itself
             except subprocess.TimeoutExpired:
                 pass
-        if self.proc.poll() is None:
-            _kill_group(self.proc)
-        else:
-            _kill_group(self.proc, quiet=True)  # engine-core children left behind, if any
+        stop_group(self.proc.pid, grace=GRACE_SECONDS if self.proc.poll() is None else 0)
+        self.proc.wait()
         self.log.close()
-
-
-def _kill_group(proc: subprocess.Popen, quiet: bool = False) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        if quiet:
-            return
-        try:
-            proc.wait(timeout=20)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def run_interleaved(plan: BenchPlan, on_event: Event) -> list[EngineRun]:

@@ -180,9 +180,13 @@ def _mean_logprobs(outputs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: Event) -> int:
+    from vspec_cli.process import GRACE_SECONDS, stop_group
+
     command = [sys.executable, "-m", "vspec_cli.offline_run", "--progress", str(request_file), str(result_file)]
     with log_file.open("w", encoding="utf-8") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        # A session of its own, so that clean-up reaches vLLM's engine-core and worker processes too.
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                start_new_session=True)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -192,13 +196,9 @@ def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: 
                     log.write(line)
             return proc.wait()
         finally:
-            if proc.poll() is None:  # Ctrl-C or an error here: do not leave an engine behind
-                proc.terminate()
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            # Ctrl-C or an error here: do not leave an engine behind; after a normal exit, sweep stragglers.
+            stop_group(proc.pid, grace=GRACE_SECONDS if proc.poll() is None else 0)
+            proc.wait()
 
 
 _EXCEPTION_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")

@@ -326,7 +326,7 @@ def test_sampled_bench_reports_quality_instead_of_equality(capsys, tiny_models, 
     for row in (target, fixed):
         assert row["mean_logprob"] is not None and row["mean_logprob"] < 0
         assert row["matches_target_only"] is None  # sampled: no token-for-token comparison
-    assert target["logprob_gap"] == 0.0 and fixed["logprob_gap"] == pytest.approx(
+    assert target["logprob_gap"] == 0.0 and fixed["logprob_gap_se"] is not None and fixed["logprob_gap"] == pytest.approx(
         fixed["mean_logprob"] - target["mean_logprob"])
     assert fixed["drafts"] > 0
     assert "logprob/token (vs target)" in (out / "results.md").read_text()

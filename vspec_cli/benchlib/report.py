@@ -141,8 +141,10 @@ def fmt_quality(row: dict[str, Any]) -> str:
     """Sampled runs: mean target log-probability per token, and its gap to target-only's."""
     if row.get("mean_logprob") is None:
         return "-"
-    gap = row.get("logprob_gap")
-    return f"{row['mean_logprob']:.2f}" + ("" if gap is None else f" ({gap:+.2f})")
+    gap, se = row.get("logprob_gap"), row.get("logprob_gap_se")
+    if gap is None:
+        return f"{row['mean_logprob']:.2f}"
+    return f"{row['mean_logprob']:.2f} ({gap:+.2f}" + ("" if se is None else f" +-{se:.2f} s.e.") + ")"
 
 
 def sampled(cells: list[dict[str, Any]]) -> bool:

@@ -104,10 +104,18 @@ def _paired_columns(rows: dict[str, dict[str, Any]], runs_by_label: dict[str, li
 
 
 def _quality_gaps(rows: dict[str, dict[str, Any]]) -> None:
-    reference = rows.get(TARGET_ONLY, {}).get("mean_logprob")
-    for row in rows.values():
+    """Gap of each policy's mean log-probability per token to target-only's, with its standard error
+    (Welch: the sequences of the two policies are independent samples)."""
+    target = rows.get(TARGET_ONLY, {})
+    reference = target.get("mean_logprob")
+    for label, row in rows.items():
         mine = row.get("mean_logprob")
         row["logprob_gap"] = None if mine is None or reference is None else mine - reference
+        row["logprob_gap_se"] = None
+        if label != TARGET_ONLY and row["logprob_gap"] is not None and row.get("logprob_sd") is not None \
+                and target.get("logprob_sd") is not None:
+            row["logprob_gap_se"] = (row["logprob_sd"] ** 2 / row["logprob_sequences"]
+                                     + target["logprob_sd"] ** 2 / target["logprob_sequences"]) ** 0.5
 
 
 def _reference_outputs(runs: list[EngineRun]) -> dict[int, list[list[list[int]]]]:
@@ -164,6 +172,8 @@ def _policy_cell(policy: BenchPolicy, cell: Cell, runs: list[EngineRun],
         "mismatch_rate": mismatch_rate,
         "matches_target_only": None if mismatch_rate is None else mismatch_rate == 0.0,
         "mean_logprob": statistics.fmean(sequence_logprobs) if sequence_logprobs else None,
+        "logprob_sequences": len(sequence_logprobs),
+        "logprob_sd": statistics.stdev(sequence_logprobs) if len(sequence_logprobs) > 1 else None,
     }
 
 

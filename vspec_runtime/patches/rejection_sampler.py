@@ -13,8 +13,8 @@ left alone. ``RejectionSampler.forward`` looks the function up in its module at 
 replacing the module attribute is enough. Per-request "tokens generated so far" (for the
 ``after_tokens`` gate) come from the model-runner patch (patches/gpu_model_runner.py).
 
-Enabled by: ``relaxed.margin`` or ``relaxed.topk`` (``--confidence-accept-margin``,
-``--eagle-relaxed-accept-topk``; the ``eagle-relaxed`` preset). Off by default; applied in the
+Enabled by: ``relaxed.margin`` or ``relaxed.topk`` (``--relaxed-margin``,
+``--relaxed-topk``; the ``eagle-relaxed`` preset). Off by default; applied in the
 process that imports the rejection sampler (the worker), nowhere else.
 
 Delete when: vLLM verification offers a pluggable acceptance rule (or a relaxed-acceptance option

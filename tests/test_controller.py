@@ -95,6 +95,15 @@ def test_sticky_zero_holds_until_the_cohort_drains_for_model_drafters(tmp_path):
     assert controller.choose_gamma(2) == 3
 
 
+def test_sticky_zero_ends_when_the_engine_goes_idle(tmp_path):
+    """A real engine never schedules an empty batch: the cohort drains when the last request finishes
+    (the scheduler reports the step after which nothing is left), and the next batch may draft."""
+    controller, _ = make(tmp_path, [0, 3, 3], method="draft")
+    assert controller.choose_gamma(4) == 0
+    controller.observe_step(step(batch=4, drafted=(0,) * 4, accepted=(0,) * 4), idle_after=True)
+    assert controller.choose_gamma(4) == 3
+
+
 def test_ngram_zero_is_not_sticky(tmp_path):
     controller, _ = make(tmp_path, [0, 3])
     assert controller.choose_gamma(4) == 0

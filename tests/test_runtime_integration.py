@@ -57,8 +57,14 @@ def token_ids(result: dict) -> list[list[int]]:
 
 ADAPTIVE = {"enabled": True, "policy": "online", "control_interval": 1, "min_gamma": 0}
 # K forced to change inside the measured phases (an adaptive policy may rightly settle at K=0 on a
-# useless drafter, and then the equality would prove nothing): 1, 4, 2, ... every 2 steps.
-CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 2], "control_interval": 2, "min_gamma": 0}
+# useless drafter, and then the equality would prove nothing): 1, 4, 0, 2, ... every 2 steps. K=0 steps
+# take the K=0 fast path (vspec_runtime/patches/k0_fast_path.py), and a model drafter's cache must
+# still be right when K comes back.
+# gamma0_mode "sync" lets K come back after 0 with model drafters (their cache kept current by
+# vLLM's K=0 pass); "sticky-k0" holds K=0 until the batch drains and skips the drafter meanwhile.
+CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 0, 2], "control_interval": 2, "min_gamma": 0,
+              "gamma0_mode": "sync"}
+STICKY_K0 = {"enabled": True, "policy": "sweep", "sweep_gammas": [2, 2, 2, 0], "control_interval": 4, "min_gamma": 0}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +85,7 @@ def speculative_run(tiny_models, tmp_path_factory):
             # The draft model is the target's first layer: partly right. A random EAGLE head: almost never.
             drafter = {"ngram": None, "draft": str(tiny_models["llama-first-layer"]),
                        "eagle": str(tiny_models["llama-eagle"])}[method]
-            adaptive = {"fixed": None, "changing-k": CHANGING_K, "online": ADAPTIVE}[mode]
+            adaptive = {"fixed": None, "changing-k": CHANGING_K, "sticky-k0": STICKY_K0, "online": ADAPTIVE}[mode]
             if adaptive:
                 adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"))
             cache[(method, mode)] = generate(folder, spec(method, target, drafter, adaptive), target, drafter)
@@ -90,7 +96,7 @@ def speculative_run(tiny_models, tmp_path_factory):
 
 @pytest.mark.parametrize(("method", "mode"), [
     ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
-    ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"),
+    ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "sticky-k0"),
     ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
 ])
 def test_greedy_output_identical_to_target_only(speculative_run, target_only, method, mode):
@@ -102,13 +108,31 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
     drafts = sum(phase["counters"]["vllm:spec_decode_num_drafts"] for phase in measured)
     if mode != "online":  # online may rightly settle at K=0 on a useless drafter
         assert drafts > 0, "nothing was drafted in the measured phases: equality would prove nothing"
-    if mode == "changing-k":
+    if mode in ("changing-k", "sticky-k0"):
         chosen = {int(k) for phase in measured for k, n in phase["selections"].items() if n}
-        assert len(chosen - {0}) > 1, f"K did not change inside the measured phases: {chosen}"
+        assert len(chosen) > 1 and chosen - {0}, f"K did not change inside the measured phases: {chosen}"
     if mode == "online":
         assert any(line["gamma"] > 0 for line in result["trace"]), "the controller never drafted"
         assert result["controller"]["steps"] > 0
         assert sum(result["controller"]["selections"].values()) == result["controller"]["steps"]
+
+
+@pytest.mark.parametrize(("method", "mode", "line"), [
+    ("ngram", "changing-k", "a step without drafts was sampled without the rejection sampler"),
+    ("draft", "changing-k", "a step without drafts was sampled without the rejection sampler"),
+    ("draft", "sticky-k0", "the model drafter was skipped in a K=0 decode step"),
+])
+def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
+    """Steps at K=0 skip the rejection sampler (and the n-gram drafter; a model drafter under sticky
+    K=0); the worker says so once. The outputs of these engines equal target-only's (above)."""
+    result = speculative_run(method, mode)
+    assert any(step["gamma"] == 0 for step in result["trace"]), "K was never 0"
+    assert result["stderr"].count(f"vspec patch k0-fast-path live: {line}") == 1
+
+
+def test_sync_k0_keeps_the_model_drafter_running(speculative_run):
+    """With gamma0_mode "sync" K comes back after 0, so the drafter's cache must stay current: no skip."""
+    assert "the model drafter was skipped" not in speculative_run("draft", "changing-k")["stderr"]
 
 
 def test_draft_model_is_partly_accepted_while_k_changes(speculative_run):

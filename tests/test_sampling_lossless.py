@@ -4,8 +4,8 @@ Strict verification promises more than greedy equality: a sampled request with d
 from the same distribution as without them. vLLM 0.32's CPU build broke that (its expand kernel left
 the per-draft-position temperature unwritten; vspec_runtime/patches/cpu_expand_kernel.py), and
 greedy rows batched with sampled ones took their argmax from the same garbage. These tests run each
-drafting method under vspec's adaptive scheduler with K kept above 0 and changing (a sweep over two
-values), against a target-only engine, on a sharpened tiny target whose next-token distribution is
+drafting method under vspec's adaptive scheduler with K changing (a sweep over 2, 0 and 4: K=0 steps
+take the K=0 fast path, the plain sampler), against a target-only engine, on a sharpened tiny target whose next-token distribution is
 concentrated enough for a few hundred seeds to tell distributions apart, and on SmolLM2 once.
 
 False alarms (see tests/sampling_stats.py): each chi-square test fails at p < ALPHA = 1e-4, and the
@@ -42,8 +42,10 @@ POSITIONS = (2, 3, 4, 5)  # position 1 is sampled from the prefill, before any d
 def engine_spec(method: str, target: str, drafter: str | None, trace: str | None = None, max_num_seqs: int = 32) -> dict:
     adaptive = {"enabled": False}
     if method != "none":
-        # K above 0 throughout, and changing: the sweep cycles 2 and 4 every 2 steps.
-        adaptive = {"enabled": True, "policy": "sweep", "sweep_gammas": [2, 4], "control_interval": 2, "trace": trace}
+        # K changing, through 0 (the K=0 fast path) and back: the sweep cycles 2, 0, 4 every 2 steps
+        # ("sync": a model drafter's K=0 is not held until the batch drains).
+        adaptive = {"enabled": True, "policy": "sweep", "sweep_gammas": [2, 0, 4], "control_interval": 2,
+                    "min_gamma": 0, "gamma0_mode": "sync", "trace": trace}
     return {"method": method, "target_model": target, "drafter": drafter, "gamma": 4, "adaptive": adaptive,
             "serving": {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3,
                         "max_num_seqs": max_num_seqs, "device": "cpu"}}

@@ -24,7 +24,7 @@ from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
 
 logger = logging.getLogger("vspec.controller")
 
-SNAPSHOT_EVERY_S = 0.25
+SNAPSHOT_EVERY_S = 1.0  # a snapshot costs about 1 ms (a file replaced); idle engines publish at once
 BENCH_POLICY_FILE = "bench-policy"  # in VSPEC_RUN_DIR: the label a PolicySwitch runs next (interleaved bench)
 
 
@@ -167,6 +167,7 @@ class AdaptiveController:
             return self.current_gamma
         if self._idle:
             self._idle = False
+            self._in_zero_cohort = False  # every request of the cohort finished: speculation may resume
             if isinstance(self.policy, PolicySwitch):
                 self._select_bench_policy()
         if self._in_zero_cohort:

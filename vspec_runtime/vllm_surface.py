@@ -134,11 +134,17 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.sample.metadata:SamplingMetadata.all_greedy", "field", "relaxed acceptance: greedy rows only", None, DRAFTERS),
     Sym("vllm.v1.sample.metadata:SamplingMetadata.all_random", "field", "relaxed acceptance: nothing to relax when every request samples", None, DRAFTERS),
     Sym("vllm.v1.sample.metadata:SamplingMetadata.temperature", "field", "relaxed acceptance: temperature 0 marks a greedy request", None, DRAFTERS),
-    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner._sample", "function", "patched (relaxed acceptance): publishes tokens generated per request", ("logits", "spec_decode_metadata"), DRAFTERS),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner._sample", "function", "patched (relaxed acceptance: publishes tokens generated per request; K=0 fast path: the plain sampler when no request has drafts)", ("logits", "spec_decode_metadata"), (*ADAPTIVE, *DRAFTERS)),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.input_batch", "attribute", "relaxed acceptance reads per-request token counts from it", None, DRAFTERS),
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_reqs", "attribute", "requests in the batch (relaxed acceptance gate)", None, DRAFTERS),
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_tokens_no_spec", "attribute", "prompt + generated tokens per request (relaxed acceptance gate)", None, DRAFTERS),
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.num_prompt_tokens", "attribute", "prompt tokens per request (relaxed acceptance gate)", None, DRAFTERS),
+    # --- K=0 fast path (vspec_runtime/patches/k0_fast_path.py) ---
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.propose_draft_token_ids", "function", "patched (K=0 fast path): the n-gram drafter is not asked for K=0 drafts", ("scheduler_output", "sampled_token_ids"), ADAPTIVE),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.speculative_config", "attribute", "the K=0 fast path skips only stateless (n-gram) drafters", None, ADAPTIVE),
+    Sym("vllm.v1.spec_decode.metadata:SpecDecodeMetadata.num_draft_tokens", "field", "a step with no drafts at all takes the plain sampler", None, ADAPTIVE),
+    Sym("vllm.config.speculative:SpeculativeConfig.method", "field", "which drafter the K=0 fast path may skip", None, ADAPTIVE),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.device", "attribute", "where the K=0 fast path puts a skipped model drafter's empty drafts", None, ADAPTIVE),
     # --- offline engine runs for `vspec bench` and `vspec profile` (vspec_cli/offline_run.py) ---
     Sym("vllm.entrypoints.llm:LLM.get_metrics", "function", "the bench reads vLLM's counters from it after each phase", (), CORE),
     Sym("vllm.v1.metrics.reader:Metric.name", "field", "the bench picks its counters by metric name", None, CORE),

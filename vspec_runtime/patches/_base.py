@@ -44,8 +44,14 @@ def check_symbols(patch_name: str, targets: tuple[str, ...]) -> None:
 
 
 def is_patched(owner: Any, attribute: str, patch_name: str) -> bool:
+    """Whether ``patch_name`` wraps ``owner.attribute``, on top or under another vspec patch
+    (two features may wrap the same method, e.g. ``GPUModelRunner._sample``)."""
     current = _own_attribute(owner, attribute)
-    return getattr(current, PATCH_MARK, None) == patch_name
+    while current is not None:
+        if getattr(current, PATCH_MARK, None) == patch_name:
+            return True
+        current = getattr(current, ORIGINAL, None)
+    return False
 
 
 def patch_attribute(owner: Any, attribute: str, patch_name: str,
@@ -69,7 +75,7 @@ def original_of(owner: Any, attribute: str) -> Callable[..., Any]:
 
 
 def restore(owner: Any, attribute: str) -> bool:
-    """Undo a vspec patch on ``owner.attribute``; False when it was not patched."""
+    """Undo the outermost vspec patch on ``owner.attribute``; False when it was not patched."""
     current = _own_attribute(owner, attribute)
     original = getattr(current, ORIGINAL, None)
     if original is None:

@@ -1,0 +1,120 @@
+"""Where does the time go when vspec serves at K=0? cProfile of one engine, engine core in-process.
+
+Runs the demo preset (SmolLM2, n-gram drafter) with one of:
+  target-only   no drafter, no speculative config, no vspec scheduler;
+  k0            the n-gram drafter loaded, vspec's scheduler forced to K=0 (``table:1=0``);
+and profiles the engine step loop (scheduler + model runner + drafter, all in this process because
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``) over ROUNDS batches of the chosen workload after one
+warm-up batch. cProfile slows Python-heavy code more than torch kernels, so read its shares as
+"where Python time goes", and take speed itself from `vspec bench`.
+
+    .venv/bin/python benchmarks/profile_k0.py k0 --workload chat --batch 8 [--out bench-out/profile-k0]
+
+Prints the step's total, the top functions by own time and the named spec-decode buckets; writes
+the full pstats file for snakeviz/pstats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Functions whose cumulative time says what speculation costs at K=0 (name substrings of pstats keys).
+BUCKETS = {
+    "engine step (total)": ("core.py", "step"),
+    "scheduler.schedule": ("scheduler.py", "schedule"),
+    "scheduler.update_from_output": ("scheduler.py", "update_from_output"),
+    "model forward (execute_model)": ("gpu_model_runner.py", "execute_model"),
+    "sample_tokens": ("gpu_model_runner.py", "sample_tokens"),
+    "drafter propose (runner)": ("gpu_model_runner.py", "propose_draft_token_ids"),
+    "ngram propose": ("ngram_proposer.py", "propose"),
+    "_calc_spec_decode_metadata": ("gpu_model_runner.py", "_calc_spec_decode_metadata"),
+    "_prepare_inputs": ("gpu_model_runner.py", "_prepare_inputs"),
+    "_bookkeeping_sync": ("gpu_model_runner.py", "_bookkeeping_sync"),
+    "take_draft_token_ids": ("gpu_model_runner.py", "take_draft_token_ids"),
+    "update_draft_token_ids": ("scheduler.py", "update_draft_token_ids"),
+    "_update_states": ("gpu_model_runner.py", "_update_states"),
+    "vspec controller": ("controller.py", ""),
+}
+
+
+def build_request(mode: str, workload: str, batch: int, rounds: int, max_tokens: int) -> dict:
+    sys.path.insert(0, str(REPO))
+    from vspec_cli.benchlib.policies import parse_policies, policy_spec
+    from vspec_cli.resolve import resolve_model_paths, resolve_spec
+    from vspec_cli.workloads import load_workload
+
+    base = resolve_spec("demo", None, {})
+    policy = parse_policies("target-only" if mode == "target-only" else "table:1=0")[0]
+    spec = policy_spec(base, policy)
+    paths = resolve_model_paths(spec, strict=True)
+    phases = load_workload(workload).phases(batch, rounds + 1)
+    return {
+        "spec": json.loads(spec.to_json()), "target_path": paths.target, "drafter_path": paths.drafter,
+        "phases": [{"name": p.name, "prompts": list(p.prompts), "max_tokens": max_tokens, "ignore_eos": True}
+                   for p in phases],
+        "warmup": True, "chat": True, "prefix_caching": False,
+    }
+
+
+def bucket_times(stats: pstats.Stats) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for label, (file_part, func) in BUCKETS.items():
+        total = 0.0
+        for (filename, _line, name), (_cc, _nc, _tt, cumulative, _callers) in stats.stats.items():
+            if filename.endswith(file_part) and (not func or name == func):
+                total = max(total, cumulative) if func else total + _tt
+        found[label] = total
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["target-only", "k0"])
+    parser.add_argument("--workload", default="chat")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--out", default="bench-out/profile-k0")
+    args = parser.parse_args()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process, so cProfile sees it
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from vspec_cli.offline_run import Engine
+
+    request = build_request(args.mode, args.workload, args.batch, args.rounds, args.max_tokens)
+    engine = Engine(request)
+    engine.run_phase(request["phases"][0])  # warm-up batch, not profiled
+    profiler = cProfile.Profile()
+    tokens, started = 0, time.perf_counter()
+    profiler.enable()
+    for index, phase in enumerate(request["phases"][1:], start=1):
+        tokens += engine.run_phase(phase, index)["output_tokens"]
+    profiler.disable()
+    elapsed = time.perf_counter() - started
+    name = f"{args.mode}-{args.workload}@{args.batch}"
+    profiler.dump_stats(out / f"{name}.pstats")
+    stats = pstats.Stats(profiler)
+    buckets = bucket_times(stats)
+    summary = {"mode": args.mode, "cell": f"{args.workload}@{args.batch}", "tokens": tokens,
+               "elapsed_s": round(elapsed, 3), "tok_per_s": round(tokens / elapsed, 2),
+               "buckets_s": {k: round(v, 3) for k, v in buckets.items()}}
+    (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    print(text.getvalue())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Patch: ``vllm.v1.worker.gpu_model_runner.GPUModelRunner`` -- K=0 serves at target-only cost.
+
+Why: when the controller turns speculation off (K=0), vLLM 0.32 still runs the speculative path
+every step. Profiled on the demo (cProfile of the engine core, chat at batch 8, 288 steps; the
+table is in docs/benchmarks.md), the steps at K=0 cost about 1 s more than target-only's, in:
+the rejection sampler with zero drafts (its bonus-token sampler plus the empty rejection pass,
+0.26 s more than the plain sampler), the n-gram drafter searching every request's context for K=0
+tokens (0.11 s), vspec's own per-step work (0.1 s, mostly the metrics snapshot) and the
+speculative input preparation (0.1 s).
+
+How: two wrappers on the model runner, ``_sample`` and ``propose_draft_token_ids``:
+
+``_sample``: when no request of the step has drafts (``SpecDecodeMetadata.num_draft_tokens`` all 0), the
+  plain sampler runs instead of the rejection sampler. With zero drafts the rejection sampler only
+  samples the bonus token with the same sampler on the same logits (the spec-token list it merges
+  for penalties is empty), and its output has the same shape ([requests, 1]): the same tokens for
+  greedy requests, the same distribution for sampled ones. It also helps at K>0 when no request
+  found a draft (n-gram drafting on text without repeats).
+``propose_draft_token_ids`` with the n-gram drafter at K=0: the drafter is
+  not asked: every request gets an empty draft list, which is what it returns at K=0. The n-gram
+  drafter keeps no state between steps, so nothing has to catch up when K comes back.
+
+``propose_draft_token_ids`` with a model drafter (draft model, EAGLE) at K=0: vLLM still runs the
+  drafter's first forward pass over the step's tokens (``propose`` returns no drafts after it),
+  because that pass writes the drafter's own KV cache (and, for EAGLE, consumes the target's hidden
+  states, which no later step could recompute). With a drafter a quarter the target's size that
+  pass alone costs a quarter of a target step, so a K=0 that keeps it cannot reach target-only
+  speed. vspec skips it under the sticky K=0 rule (``adaptive.gamma0_mode = "sticky"``, the
+  default): once the controller picks K=0 for a model drafter it holds K=0 until the batch drains
+  (vspec_runtime/controller.py), so no request of the cohort drafts again and the drafter's cache
+  for them is never read. Only pure decode steps are skipped: a step with prompt tokens still runs
+  the drafter, so prompt blocks that prefix caching hands to later requests hold the drafter's
+  values. What is left behind is the drafter's cache for tokens generated during a cohort: a later
+  request whose prompt contains them through a prefix-cache hit (a multi-turn conversation) drafts
+  from that stale context; its drafts are rejected more often, its outputs are still exact. A
+  controller fault inside a cohort resumes drafting (K frozen at 1 or more) with the same effect.
+  With ``gamma0_mode = "sync"`` (the policy asked every step, K back whenever it pays) vLLM's pass
+  runs as before, so the cache is always current.
+
+Enabled by: adaptive K (``adaptive.enabled``): only vspec's scheduler picks K=0 per step, and
+vLLM's own fixed-K path (``vspec bench``'s ``vllm-fixed:K`` baseline) stays as vLLM ships it.
+
+Delete when: vLLM's model runner skips the rejection sampler when a step has no drafts and the
+drafter call at K=0 (vLLM's dynamic-SD work), checked with `vspec bench --policies
+target-only,table:1=0` (K=0 against target-only); tests/test_runtime_integration.py checks
+the outputs and that each path is taken.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+
+import torch
+
+from vspec_runtime.patches import _base, _hooks
+
+logger = logging.getLogger("vspec.patches")
+
+NAME = "k0-fast-path"
+TARGET_MODULE = "vllm.v1.worker.gpu_model_runner"
+_RUNNER = f"{TARGET_MODULE}:GPUModelRunner"
+SYMBOLS = (
+    f"{_RUNNER}._sample",
+    f"{_RUNNER}.propose_draft_token_ids",
+    f"{_RUNNER}.speculative_config",
+    "vllm.v1.spec_decode.metadata:SpecDecodeMetadata.num_draft_tokens",
+    "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
+    "vllm.config.speculative:SpeculativeConfig.method",
+    f"{_RUNNER}.device",
+    "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs",
+    "vllm.v1.core.sched.output:SchedulerOutput.num_scheduled_tokens",
+    "vllm.v1.core.sched.output:SchedulerOutput.total_num_scheduled_tokens",
+)
+
+# Drafters that keep no state between steps: skipping them at K=0 loses nothing.
+STATELESS_METHODS = ("ngram",)
+
+
+def install(spec) -> None:
+    skip_model_drafters = spec.adaptive.gamma0_mode == "sticky"
+    _hooks.when_imported(TARGET_MODULE, lambda module: apply(module, skip_model_drafters))
+
+
+def apply(module: ModuleType, skip_model_drafters: bool = True) -> bool:
+    _base.check_symbols(NAME, SYMBOLS)
+    runner = module.GPUModelRunner
+    sampled = _base.patch_attribute(runner, "_sample", NAME, _make_sample)
+    proposed = _base.patch_attribute(runner, "propose_draft_token_ids", NAME,
+                                     lambda original: _make_propose(original, skip_model_drafters))
+    return sampled or proposed
+
+
+_announced = False  # one log line per process, the first time a step takes the fast path
+
+
+def _announce(what: str) -> None:
+    global _announced
+    if not _announced:
+        _announced = True
+        logger.info("vspec patch %s live: %s", NAME, what)
+
+
+def _make_sample(original):
+    def _sample(self, logits, spec_decode_metadata, *args, **kwargs):
+        if spec_decode_metadata is not None and not any(spec_decode_metadata.num_draft_tokens):
+            spec_decode_metadata = None  # no drafts in this step: the plain sampler is the same draw
+            _announce("a step without drafts was sampled without the rejection sampler")
+        return original(self, logits, spec_decode_metadata, *args, **kwargs)
+
+    return _sample
+
+
+def _make_propose(original, skip_model_drafters: bool):
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
+        if scheduler_output.num_spec_tokens_to_schedule == 0:
+            if self.speculative_config.method in STATELESS_METHODS:
+                return [[] for _ in sampled_token_ids]
+            if skip_model_drafters and _pure_decode(scheduler_output):
+                _announce_drafter_skip()
+                # What the model drafters return at K=0 after their forward pass: no drafts.
+                return torch.empty(len(scheduler_output.num_scheduled_tokens), 0, dtype=torch.int64,
+                                   device=self.device)
+        return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+
+    return propose_draft_token_ids
+
+
+def _pure_decode(scheduler_output) -> bool:
+    """One token per request and no new request: nothing of a prompt is in the step."""
+    return (not scheduler_output.scheduled_new_reqs
+            and scheduler_output.total_num_scheduled_tokens == len(scheduler_output.num_scheduled_tokens))
+
+
+_drafter_skip_announced = False
+
+
+def _announce_drafter_skip() -> None:
+    global _drafter_skip_announced
+    if not _drafter_skip_announced:
+        _drafter_skip_announced = True
+        logger.info("vspec patch %s live: the model drafter was skipped in a K=0 decode step (sticky K=0)", NAME)

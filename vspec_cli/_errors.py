@@ -1,4 +1,5 @@
-"""Typed errors, rendered once by ``app.main()``: ``Error: ...`` plus the next command to run."""
+"""Every typed CLI error, rendered once by ``app.main()``: ``Error: ...`` plus the next command to run
+(and, under ``--json``, one ``vspec/error/1`` object on stdout)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ class NotAvailableYet(VspecError):
 
     code = "not-available"
     exit_code = 3
+
+
+class EngineRunError(VspecError):
+    """The engine process failed; the message carries its last error line, the hint the log."""
+
+    code = "engine-failed"
+    exit_code = 1
+
+
+class LifecycleFailed(VspecError):
+    """install/upgrade/rollback/uninstall did not end where it should (pip, or the doctor check after it)."""
+
+    code = "lifecycle-failed"
+    exit_code = 1

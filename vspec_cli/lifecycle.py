@@ -26,7 +26,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from vspec_cli import _output, state, switches
-from vspec_cli._errors import PreconditionError, UserInputError, VspecError
+# LifecycleFailed is raised here and stays importable from this module, where it used to live.
+from vspec_cli._errors import LifecycleFailed, PreconditionError, UserInputError, VspecError
 from vspec_cli._options import DryRunOpt, JsonOpt, YesOpt
 
 EXTRAS = ("cpu", "cuda", "ascend")
@@ -36,11 +37,6 @@ CHECK_TIMEOUT_S = 600
 # puts the cwd first on sys.path).
 _RUN_CLI = ("import sys\nif sys.path and sys.path[0] in ('', '.'): del sys.path[0]\n"
             "sys.argv[0] = 'vspec'\nfrom vspec_cli.app import main\nmain()")
-
-
-class LifecycleFailed(VspecError):
-    code = "lifecycle-failed"
-    exit_code = 1
 
 
 # --- sources: where a version comes from ------------------------------------------------------
@@ -388,6 +384,8 @@ def _post_check(expected: Optional[str]) -> str:
     except ValueError:
         raise LifecycleFailed(f"`vspec doctor` did not run in the new installation: "
                               f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}") from None
+    if "error" in report:  # under --json a failing doctor prints a vspec/error/1 object instead of its report
+        raise LifecycleFailed(f"`vspec doctor` did not run in the new installation: {report['error'].get('message')}")
     running = report.get("environment", {}).get("vspec", {}).get("version")
     if expected and running != expected:
         raise LifecycleFailed(f"the new installation imports vspec {running}, not {expected}")

@@ -9,11 +9,10 @@ Inert otherwise: a plain `vllm serve` with vspec installed behaves exactly as wi
 from __future__ import annotations
 
 import functools
-import os
 import tomllib
 from typing import Optional
 
-from vspec_runtime import paths
+from vspec_runtime import envs, paths
 from vspec_runtime.spec import RuntimeSpec, SpecError, validate_spec
 
 
@@ -33,7 +32,7 @@ def enabled_in_state_file() -> tuple[bool, dict]:
 @functools.lru_cache(maxsize=1)
 def active_spec() -> Optional[RuntimeSpec]:
     """The spec this process runs with, or None when vspec is inert. Cached: parsed once."""
-    raw = os.environ.get("VSPEC_SPEC")
+    raw = envs.get("VSPEC_SPEC")
     if raw:
         try:
             return RuntimeSpec.from_json(raw)

@@ -16,12 +16,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from vspec_runtime import envs
+
 SNAPSHOT_NAME = "controller.json"
 _collector_registered = False
 
 
 def snapshot_path() -> Optional[Path]:
-    run_dir = os.environ.get("VSPEC_RUN_DIR")
+    run_dir = envs.get("VSPEC_RUN_DIR")
     return Path(run_dir) / SNAPSHOT_NAME if run_dir else None
 
 

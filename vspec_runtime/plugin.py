@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 
+from vspec_runtime import envs
+
 logger = logging.getLogger("vspec")
 
 _registered = False
@@ -44,7 +46,7 @@ def register() -> None:
 
 def _ensure_run_dir() -> None:
     """One folder per server for live controller state; children inherit it through the environment."""
-    if not os.environ.get("VSPEC_RUN_DIR"):
+    if not envs.get("VSPEC_RUN_DIR"):
         import tempfile
 
         os.environ["VSPEC_RUN_DIR"] = tempfile.mkdtemp(prefix="vspec-run-")

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from vspec_cli._errors import UserInputError, VspecError
+# EngineRunError is raised here and stays importable from this module, where it used to live.
+from vspec_cli._errors import EngineRunError, UserInputError, VspecError
 from vspec_cli.profiling import companion_paths
 from vspec_cli.profiling.samples import parse_sample
 from vspec_runtime.spec import RuntimeSpec, SpecError, validate_spec
@@ -30,13 +31,6 @@ from vspec_runtime.spec import RuntimeSpec, SpecError, validate_spec
 CHARS_PER_TOKEN = 3  # a pessimistic guess for English and code; only used to keep within max_model_len
 CHAT_TEMPLATE_TOKENS = 64
 POLL_S = 0.5
-
-
-class EngineRunError(VspecError):
-    """The engine process failed; the message carries its last error line, the hint the log."""
-
-    code = "engine-failed"
-    exit_code = 1
 
 
 @dataclass(frozen=True)

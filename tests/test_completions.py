@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from vspec_cli import completion
+from vspec_cli.commands import completion
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-REGENERATE = "run `python -m vspec_cli.completion` (or `vspec completions generate`) and commit completions/"
+REGENERATE = "run `vspec completions generate` (or `python -m vspec_cli completions generate`) and commit completions/"
 
 
 def test_checked_in_scripts_regenerate_identically(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from cli_helpers import run_cli
-from vspec_cli import doctor
+from vspec_cli.commands import doctor
 from vspec_runtime import TESTED_VLLM
 from vspec_runtime.vllm_surface import SURFACE
 

@@ -79,7 +79,7 @@ def test_unexpected_exception_still_raises_and_reports_internal(capsys, monkeypa
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("vspec_cli.serve.resolve_spec", broken)
+    monkeypatch.setattr("vspec_cli.commands.serve.resolve_spec", broken)
     with pytest.raises(RuntimeError, match="boom"):
         run_cli(capsys, "serve", "demo", "--dry-run", "--json")
     error = error_of(capsys.readouterr().out)

@@ -17,7 +17,7 @@ import pytest
 
 from cli_helpers import run_cli
 from test_doctor import build_standin_vllm, run_doctor_in
-from vspec_cli import doctor
+from vspec_cli.commands import doctor
 from vspec_runtime import patches, vllm_adapter, vllm_surface
 from vspec_runtime.controller import ObservedStep
 from vspec_runtime.vllm_surface import SURFACE

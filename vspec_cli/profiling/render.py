@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from rich.table import Table
@@ -72,3 +73,9 @@ def render_profile(profile: LatencyProfile, points: Sequence[PointSummary], fit:
             detail = (f" on {samples.get('heldout')} held-out samples ({fit.get('holdout')}); "
                       f"{samples.get('trimmed', 0)} of {samples.get('train')} training samples trimmed as outliers")
         out.print(f"held-out median absolute error: [bold]{100 * heldout_error:.1f}%[/bold]{detail}", highlight=False)
+
+
+def render_fit(result: Any, profile_path: Path) -> None:
+    """A FitResult of profiling/fit_file.py as `vspec fit` and `vspec profile collect` show it."""
+    render_profile(result.profile, result.points, result.summary(), result.heldout_error, str(profile_path))
+    _output.hint(f"wrote {profile_path}")

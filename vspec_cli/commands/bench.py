@@ -103,7 +103,7 @@ def bench(
     from vspec_cli.benchlib.policies import parse_policies, policy_spec
     from vspec_cli.benchlib.runner import BenchPlan, build_cells
     from vspec_cli.resolve import resolve_model_paths, resolve_spec
-    from vspec_cli.serve import prepare_demo_with_progress
+    from vspec_cli.demo_model import prepare_demo_with_progress
     from vspec_cli.workloads import parse_workloads
 
     if mode not in ("interleaved", "engines"):

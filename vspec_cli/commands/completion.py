@@ -5,12 +5,11 @@ They are exactly what `vspec --show-completion SHELL` prints (Typer's scripts fo
 commands, options and model names complete without regenerating. They change only when Typer's
 templates do; tests/test_completions.py regenerates them and fails on any difference.
 
-Regenerate with `python -m vspec_cli.completion` (or `vspec completions generate`).
+Regenerate with `vspec completions generate` (or `python -m vspec_cli completions generate`).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -21,7 +20,7 @@ from vspec_cli._factory import typer_factory
 PROG_NAME = "vspec"
 COMPLETE_VAR = "_VSPEC_COMPLETE"
 SCRIPTS = {"bash": "vspec.bash", "zsh": "vspec.zsh", "fish": "vspec.fish"}
-REPO_COMPLETIONS = Path(__file__).resolve().parents[1] / "completions"
+REPO_COMPLETIONS = Path(__file__).resolve().parents[2] / "completions"
 
 
 def script(shell: str) -> str:
@@ -88,10 +87,3 @@ def generate_command(
 
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="completions")
-
-
-if __name__ == "__main__":
-    from vspec_cli.app import main
-
-    sys.argv = ["vspec", "completions", "generate", *sys.argv[1:]]
-    main()

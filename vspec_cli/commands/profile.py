@@ -77,7 +77,7 @@ def collect(
         steps_per_point=steps_per_point,
         engine_overrides={"enforce_eager": True} if enforce_eager else {},
     )
-    from vspec_cli.serve import prepare_demo_with_progress
+    from vspec_cli.demo_model import prepare_demo_with_progress
 
     model_paths = resolve_model_paths(spec, strict=not dry_run,
                                       prepare_demo=None if dry_run else prepare_demo_with_progress)
@@ -111,11 +111,12 @@ def _render_plan(plan, json_out: bool) -> None:
 def _collect_and_fit(plan, render: bool) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from vspec_cli.fit import fit_file, render_fit
     from vspec_cli.profiling import manifest as manifest_mod
     from vspec_cli.profiling.collect import phase_record, run_collect
     from vspec_cli.profiling.files import write_json
     from vspec_cli.profiling.fit import HOLDOUT_EVERY
+    from vspec_cli.profiling.fit_file import fit_file
+    from vspec_cli.profiling.render import render_fit
 
     settings = plan.settings
     started = manifest_mod.now_iso()

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from vspec_cli import _output
-from vspec_runtime import paths
 from vspec_cli._options import ConfigOpt, DryRunOpt, JsonOpt
+from vspec_cli.demo_model import prepare_demo_with_progress
 from vspec_cli.launch import SYNC_SCHEDULING_FLAG, build_launch
 from vspec_cli.presets import preset_description, preset_names
 from vspec_cli.process import run_foreground
@@ -27,14 +26,6 @@ EXAMPLES = """
   vspec serve --target-model ./my-model --method ngram --gamma 4
   vspec serve demo --set adaptive.trace=t.jsonl     # a field with no flag (see below)
 """
-
-
-def prepare_demo_with_progress() -> Path:
-    from vspec_cli.demo_model import build_demo_model
-
-    target = paths.model_dir() / "demo"
-    with _output.stderr.status("preparing the demo model (once)") as status:
-        return build_demo_model(target, progress=lambda msg: status.update(msg))
 
 
 @spec_flags(ALL_FIELDS)

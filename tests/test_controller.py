@@ -104,6 +104,21 @@ def test_sticky_zero_ends_when_the_engine_goes_idle(tmp_path):
     assert controller.choose_gamma(4) == 3
 
 
+def test_sticky_zero_reprobes_without_draining_and_backs_off(tmp_path):
+    """Under continuous load the batch never drains: the policy is asked again after
+    gamma0_reprobe_steps held steps, then after twice as many while it keeps K=0."""
+    controller, policy = make(tmp_path, [0, 0, 3], method="draft", gamma0_reprobe_steps=2)
+    ks = [controller.choose_gamma(4) for _ in range(9)]
+    #          ask hold x2  ask: 0 again  hold x4      ask: 3
+    assert ks == [0, 0, 0, 0, 0, 0, 0, 0, 3]
+    assert not policy.gammas, "the policy was asked exactly three times"
+
+
+def test_sticky_zero_without_reprobe_holds_until_idle(tmp_path):
+    controller, _ = make(tmp_path, [0, 3], method="draft", gamma0_reprobe_steps=0)
+    assert [controller.choose_gamma(4) for _ in range(50)] == [0] * 50
+
+
 def test_ngram_zero_is_not_sticky(tmp_path):
     controller, _ = make(tmp_path, [0, 3])
     assert controller.choose_gamma(4) == 0

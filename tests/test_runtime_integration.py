@@ -8,6 +8,8 @@ so verification accepts some drafts and rejects others while K changes.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import run_offline
@@ -61,10 +63,13 @@ ADAPTIVE = {"enabled": True, "policy": "online", "control_interval": 1, "min_gam
 # take the K=0 fast path (vspec_runtime/patches/k0_fast_path.py), and a model drafter's cache must
 # still be right when K comes back.
 # gamma0_mode "sync" lets K come back after 0 with model drafters (their cache kept current by
-# vLLM's K=0 pass); "sticky-k0" holds K=0 until the batch drains and skips the drafter meanwhile.
+# vLLM's K=0 pass); sticky K=0 (REPROBE below) skips the drafter while it holds.
 CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 0, 2], "control_interval": 2, "min_gamma": 0,
               "gamma0_mode": "sync"}
-STICKY_K0 = {"enabled": True, "policy": "sweep", "sweep_gammas": [2, 2, 2, 0], "control_interval": 4, "min_gamma": 0}
+# Sticky K=0 re-probed every 4 held steps while the batch runs on: the policy (0, 2, 0, 2, ...) brings K
+# back to requests whose drafter cache the skipped steps left behind.
+REPROBE = {"enabled": True, "policy": "sweep", "sweep_gammas": [0, 2], "control_interval": 1, "min_gamma": 0,
+           "gamma0_reprobe_steps": 4}
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +90,14 @@ def speculative_run(tiny_models, tmp_path_factory):
             # The draft model is the target's first layer: partly right. A random EAGLE head: almost never.
             drafter = {"ngram": None, "draft": str(tiny_models["llama-first-layer"]),
                        "eagle": str(tiny_models["llama-eagle"])}[method]
-            adaptive = {"fixed": None, "changing-k": CHANGING_K, "sticky-k0": STICKY_K0, "online": ADAPTIVE}[mode]
+            adaptive = {"fixed": None, "changing-k": CHANGING_K, "reprobe": REPROBE,
+                        "online": ADAPTIVE}[mode]
             if adaptive:
-                adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"))
-            cache[(method, mode)] = generate(folder, spec(method, target, drafter, adaptive), target, drafter)
+                adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"), samples=str(folder / "samples.jsonl"))
+            result = generate(folder, spec(method, target, drafter, adaptive), target, drafter)
+            samples = folder / "samples.jsonl"
+            result["samples"] = [json.loads(line) for line in samples.read_text().splitlines()] if samples.exists() else []
+            cache[(method, mode)] = result
         return cache[(method, mode)]
 
     return get
@@ -96,7 +105,7 @@ def speculative_run(tiny_models, tmp_path_factory):
 
 @pytest.mark.parametrize(("method", "mode"), [
     ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
-    ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "sticky-k0"),
+    ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "reprobe"),
     ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
 ])
 def test_greedy_output_identical_to_target_only(speculative_run, target_only, method, mode):
@@ -108,7 +117,7 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
     drafts = sum(phase["counters"]["vllm:spec_decode_num_drafts"] for phase in measured)
     if mode != "online":  # online may rightly settle at K=0 on a useless drafter
         assert drafts > 0, "nothing was drafted in the measured phases: equality would prove nothing"
-    if mode in ("changing-k", "sticky-k0"):
+    if mode in ("changing-k", "reprobe"):
         chosen = {int(k) for phase in measured for k, n in phase["selections"].items() if n}
         assert len(chosen) > 1 and chosen - {0}, f"K did not change inside the measured phases: {chosen}"
     if mode == "online":
@@ -120,7 +129,7 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
 @pytest.mark.parametrize(("method", "mode", "line"), [
     ("ngram", "changing-k", "a step without drafts was sampled without the rejection sampler"),
     ("draft", "changing-k", "a step without drafts was sampled without the rejection sampler"),
-    ("draft", "sticky-k0", "the model drafter was skipped in a K=0 decode step"),
+    ("draft", "reprobe", "the model drafter was skipped in a K=0 decode step"),
 ])
 def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
     """Steps at K=0 skip the rejection sampler (and the n-gram drafter; a model drafter under sticky
@@ -128,6 +137,22 @@ def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
     result = speculative_run(method, mode)
     assert any(step["gamma"] == 0 for step in result["trace"]), "K was never 0"
     assert result["stderr"].count(f"vspec patch k0-fast-path live: {line}") == 1
+
+
+def test_reprobe_brings_k_back_without_drafting_from_a_stale_cache(speculative_run, tmp_path_factory):
+    """Under sticky K=0 with re-probes, K comes back while the same requests run (no drain): the
+    drafter was skipped for them, so their drafts are dropped, not verified (outputs equal target-only
+    above). The samples file has one line per verified step: K that drafted, drafts verified."""
+    result = speculative_run("draft", "reprobe")
+    samples = result["samples"]
+    full = [line for line in samples if line["batch_size"] == len(PROMPTS)]
+    drafting = [i for i, line in enumerate(full) if line["drafted"] > 0]
+    assert drafting, "nothing was drafted for the batch: the test would prove nothing"
+    later = full[drafting[0] + 1:]
+    first_zero = next(i for i, line in enumerate(later) if line["gamma"] == 0)  # the drafter skipped from here
+    probes = [line for line in later[first_zero:] if line["gamma"] > 0]
+    assert probes, "K never came back while the batch ran: no re-probe"
+    assert all(line["drafted"] == 0 for line in probes), "drafts from a stale drafter cache were verified"
 
 
 def test_sync_k0_keeps_the_model_drafter_running(speculative_run):

@@ -59,6 +59,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.online_exploration": ("0.05", 0.05),
     "adaptive.model_guided": ("false", False),
     "adaptive.gamma0_mode": ("sync", "sync"),
+    "adaptive.gamma0_reprobe_steps": ("64", 64),
     "adaptive.fixed_gamma": ("3", 3),
     "adaptive.table": ("{1 = 3, 8 = 1}", {1: 3, 8: 1}),
     "adaptive.trace": ("trace.jsonl", "trace.jsonl"),

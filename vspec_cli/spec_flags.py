@@ -58,7 +58,8 @@ SET_PANEL = "Other spec fields"
 # Scalar fields that get no flag of their own: reached with --set (see the module docstring).
 RARE_KEYS = frozenset({
     "version",
-    "adaptive.model_guided", "adaptive.gamma0_mode", "adaptive.fixed_gamma", "adaptive.seed",
+    "adaptive.model_guided", "adaptive.gamma0_mode", "adaptive.gamma0_reprobe_steps", "adaptive.fixed_gamma",
+    "adaptive.seed",
     "adaptive.trace", "adaptive.samples",
     "adaptive.entropy_stop", "adaptive.entropy_topk", "adaptive.entropy_threshold", "adaptive.entropy_scale",
     "relaxed.from_position", "relaxed.after_tokens",

@@ -19,6 +19,7 @@ from typing import IO, Any, Callable, Optional
 from vspec_runtime import envs, metrics
 from vspec_runtime.control import make_policy
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.sticky import StickyZero
 from vspec_runtime.control.switch import PolicySwitch
 from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
 
@@ -86,7 +87,7 @@ class AdaptiveController:
         self.policy = policy or self._build_policy()
         self._idle = True  # no request in flight: the interleaved bench may switch policies now
         self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
-        self._in_zero_cohort = False
+        self._zero_cohort = StickyZero(spec.adaptive.gamma0_reprobe_steps)
         self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
         self._drafted_with: Optional[int] = None  # K that produced the drafts verified next step
         self._last_completed_at: Optional[float] = None
@@ -163,19 +164,19 @@ class AdaptiveController:
     def choose_gamma(self, batch_size: int) -> int:
         """K the drafter produces at the end of the coming step."""
         if batch_size <= 0:
-            self._in_zero_cohort = False  # the cohort drained: speculation may resume
+            self._zero_cohort.drained()
             return self.current_gamma
         if self._idle:
             self._idle = False
-            self._in_zero_cohort = False  # every request of the cohort finished: speculation may resume
+            self._zero_cohort.drained()  # every request of the cohort finished: speculation may resume
             if isinstance(self.policy, PolicySwitch):
                 self._select_bench_policy()
-        if self._in_zero_cohort:
+        if self._zero_cohort.holds():
             decision = Decision(0, "sticky-zero", rewards={})
         else:
             decision = self.policy.choose(batch_size, self.max_feasible_gamma(batch_size))
-            if decision.gamma == 0 and self.sticky_zero:
-                self._in_zero_cohort = True
+            if self.sticky_zero:
+                self._zero_cohort.chose(decision.gamma)
         self._record_decision(decision, batch_size)
         return decision.gamma
 

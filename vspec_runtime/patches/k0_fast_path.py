@@ -8,7 +8,7 @@ the rejection sampler with zero drafts (its bonus-token sampler plus the empty r
 tokens (0.11 s), vspec's own per-step work (0.1 s, mostly the metrics snapshot) and the
 speculative input preparation (0.1 s).
 
-How: two wrappers on the model runner, ``_sample`` and ``propose_draft_token_ids``:
+How: wrappers on the model runner, ``_sample``, ``propose_draft_token_ids`` and ``take_draft_token_ids``:
 
 ``_sample``: when no request of the step has drafts (``SpecDecodeMetadata.num_draft_tokens`` all 0), the
   plain sampler runs instead of the rejection sampler. With zero drafts the rejection sampler only
@@ -26,14 +26,20 @@ How: two wrappers on the model runner, ``_sample`` and ``propose_draft_token_ids
   states, which no later step could recompute). With a drafter a quarter the target's size that
   pass alone costs a quarter of a target step, so a K=0 that keeps it cannot reach target-only
   speed. vspec skips it under the sticky K=0 rule (``adaptive.gamma0_mode = "sticky"``, the
-  default): once the controller picks K=0 for a model drafter it holds K=0 until the batch drains
-  (vspec_runtime/controller.py), so no request of the cohort drafts again and the drafter's cache
-  for them is never read. Only pure decode steps are skipped: a step with prompt tokens still runs
+  default): once the controller picks K=0 for a model drafter it holds K=0 for the cohort
+  (vspec_runtime/control/sticky.py: until the batch drains, or a re-probe under continuous load),
+  and a request the drafter skipped never drafts again (``take_draft_token_ids`` below), so the
+  drafter's stale cache for it is never used. Only pure decode steps are skipped: a step with prompt tokens still runs
   the drafter, so prompt blocks that prefix caching hands to later requests hold the drafter's
   values. What is left behind is the drafter's cache for tokens generated during a cohort: a later
   request whose prompt contains them through a prefix-cache hit (a multi-turn conversation) drafts
   from that stale context; its drafts are rejected more often, its outputs are still exact. A
   controller fault inside a cohort resumes drafting (K frozen at 1 or more) with the same effect.
+``take_draft_token_ids``: the requests that were running when the drafter was skipped are
+  remembered (until they finish or are preempted, which recomputes them); when K comes back before
+  they finish (a re-probe under continuous load, ``adaptive.gamma0_reprobe_steps``), their drafts
+  are dropped before the scheduler sees them, so nothing built on a stale cache is verified.
+  Requests admitted since then draft normally.
   With ``gamma0_mode = "sync"`` (the policy asked every step, K back whenever it pays) vLLM's pass
   runs as before, so the cache is always current.
 
@@ -68,6 +74,13 @@ SYMBOLS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.config.speculative:SpeculativeConfig.method",
     f"{_RUNNER}.device",
+    f"{_RUNNER}.take_draft_token_ids",
+    f"{_RUNNER}.input_batch",
+    "vllm.v1.worker.gpu_input_batch:InputBatch.req_ids",
+    "vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids",
+    "vllm.v1.core.sched.output:SchedulerOutput.preempted_req_ids",
+    "vllm.v1.outputs:DraftTokenIds.req_ids",
+    "vllm.v1.outputs:DraftTokenIds.draft_token_ids",
     "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs",
     "vllm.v1.core.sched.output:SchedulerOutput.num_scheduled_tokens",
     "vllm.v1.core.sched.output:SchedulerOutput.total_num_scheduled_tokens",
@@ -88,16 +101,16 @@ def apply(module: ModuleType, skip_model_drafters: bool = True) -> bool:
     sampled = _base.patch_attribute(runner, "_sample", NAME, _make_sample)
     proposed = _base.patch_attribute(runner, "propose_draft_token_ids", NAME,
                                      lambda original: _make_propose(original, skip_model_drafters))
-    return sampled or proposed
+    taken = _base.patch_attribute(runner, "take_draft_token_ids", NAME, _make_take)
+    return sampled or proposed or taken
 
 
-_announced = False  # one log line per process, the first time a step takes the fast path
+_announced: set[str] = set()  # one log line per path and process, the first time a step takes it
 
 
 def _announce(what: str) -> None:
-    global _announced
-    if not _announced:
-        _announced = True
+    if what not in _announced:
+        _announced.add(what)
         logger.info("vspec patch %s live: %s", NAME, what)
 
 
@@ -111,13 +124,19 @@ def _make_sample(original):
     return _sample
 
 
+# On the runner: ids of the requests whose drafter cache missed a step (see the module docstring).
+STALE = "_vspec_stale_drafter"
+
+
 def _make_propose(original, skip_model_drafters: bool):
     def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
+        stale = _forget_recomputed(self, scheduler_output)
         if scheduler_output.num_spec_tokens_to_schedule == 0:
             if self.speculative_config.method in STATELESS_METHODS:
                 return [[] for _ in sampled_token_ids]
             if skip_model_drafters and _pure_decode(scheduler_output):
-                _announce_drafter_skip()
+                _announce("the model drafter was skipped in a K=0 decode step (sticky K=0)")
+                stale.update(self.input_batch.req_ids)
                 # What the model drafters return at K=0 after their forward pass: no drafts.
                 return torch.empty(len(scheduler_output.num_scheduled_tokens), 0, dtype=torch.int64,
                                    device=self.device)
@@ -126,17 +145,30 @@ def _make_propose(original, skip_model_drafters: bool):
     return propose_draft_token_ids
 
 
+def _forget_recomputed(runner, scheduler_output) -> set:
+    """The runner's stale set, less requests that finished or were preempted (recomputed from scratch)."""
+    stale = runner.__dict__.setdefault(STALE, set())
+    if stale:
+        stale.difference_update(scheduler_output.finished_req_ids)
+        stale.difference_update(scheduler_output.preempted_req_ids or ())
+    return stale
+
+
+def _make_take(original):
+    def take_draft_token_ids(self):
+        result = original(self)
+        stale = self.__dict__.get(STALE)
+        if result is not None and stale:
+            drafts = result.draft_token_ids
+            for index, req_id in enumerate(result.req_ids):
+                if req_id in stale and len(drafts[index]):
+                    drafts[index] = []  # drafted from a cache the skipped steps left behind
+        return result
+
+    return take_draft_token_ids
+
+
 def _pure_decode(scheduler_output) -> bool:
     """One token per request and no new request: nothing of a prompt is in the step."""
     return (not scheduler_output.scheduled_new_reqs
             and scheduler_output.total_num_scheduled_tokens == len(scheduler_output.num_scheduled_tokens))
-
-
-_drafter_skip_announced = False
-
-
-def _announce_drafter_skip() -> None:
-    global _drafter_skip_announced
-    if not _drafter_skip_announced:
-        _drafter_skip_announced = True
-        logger.info("vspec patch %s live: the model drafter was skipped in a K=0 decode step (sticky K=0)", NAME)

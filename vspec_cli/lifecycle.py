@@ -10,6 +10,10 @@ Ctrl-C included, puts back the state file and the previously installed version.
 
 Only the vspec distribution in this environment is touched: never vLLM, torch or models, never a
 copy in a parent environment, never a running vLLM process (the output says to restart them).
+
+Size: over 400 lines because the four plans share one transaction (lock, pip, version check,
+doctor in the new code, state write, restore on any failure); split, each piece would have to
+re-state the others' invariants.
 """
 
 from __future__ import annotations

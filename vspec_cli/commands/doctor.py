@@ -6,6 +6,10 @@ symbols for its method and adaptive settings, and one check per extension P enab
 (vspec_runtime/patches REGISTRY), ok when every symbol that extension relies on is. vLLM logs and
 skips a plugin that fails to import, so the plugin check runs vLLM's own loader in a fresh process
 (VSPEC_SPEC unset) and looks for "vspec".
+
+Size: over 400 lines because every check (its probe and its one-line reason) lives here; no other
+command uses them. If a second command needs the checks, they move to a helper module beside
+commands/.
 """
 
 from __future__ import annotations

@@ -330,3 +330,17 @@ def test_sampled_bench_reports_quality_instead_of_equality(capsys, tiny_models, 
         fixed["mean_logprob"] - target["mean_logprob"])
     assert fixed["drafts"] > 0
     assert "logprob/token (vs target)" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize(("device", "visible"), [("cpu", ""), ("0,1", "0,1"), (None, None)])
+def test_offline_engine_sees_the_devices_the_spec_names(device, visible):
+    """Bench and profile engines get the same visible-devices variable `vspec serve` sets (they used
+    to honour only "cpu", so --device 1 benchmarked whatever accelerator came first)."""
+    from vspec_cli.offline_run import engine_environment
+    from vspec_runtime.spec import validate_spec
+
+    spec = validate_spec({"target_model": "t", "serving": {"device": device}})
+    env = engine_environment(spec, "/tmp/run", ["fixed:1", "online"])
+    assert env.get("CUDA_VISIBLE_DEVICES") == visible
+    assert env["VSPEC_RUN_DIR"] == "/tmp/run" and env["VSPEC_BENCH_POLICIES"] == '["fixed:1", "online"]'
+    assert validate_spec(json.loads(env["VSPEC_SPEC"])) == spec

@@ -137,6 +137,17 @@ def _output_record(completion, with_logprobs: bool) -> dict[str, Any]:
     return record
 
 
+def engine_environment(spec, run_dir: str, bench_policies: Optional[list] = None) -> dict[str, str]:
+    """What the engine's processes read: the spec, the run folder, the bench's policy labels, and the
+    visible devices ``serving.device`` names (the same variables `vspec serve` sets)."""
+    from vspec_cli.launch import device_environment
+
+    env = {"VSPEC_SPEC": spec.to_json(), "VSPEC_RUN_DIR": run_dir, **device_environment(spec.serving.device)}
+    if bench_policies:
+        env["VSPEC_BENCH_POLICIES"] = json.dumps(bench_policies)
+    return env
+
+
 class Engine:
     """One vLLM engine (offline ``LLM``) with vspec's environment, running phases one after another."""
 
@@ -145,12 +156,7 @@ class Engine:
 
         self.spec = RuntimeSpec.model_validate(request["spec"])
         self.run_dir = tempfile.mkdtemp(prefix="vspec-offline-")
-        os.environ["VSPEC_SPEC"] = self.spec.to_json()
-        os.environ["VSPEC_RUN_DIR"] = self.run_dir
-        if request.get("bench_policies"):
-            os.environ["VSPEC_BENCH_POLICIES"] = json.dumps(request["bench_policies"])
-        if self.spec.serving.device == "cpu":
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ.update(engine_environment(self.spec, self.run_dir, request.get("bench_policies")))
 
         from vllm import LLM, SamplingParams
 

@@ -60,7 +60,7 @@ def observed_step(
         drafted=drafted,
         accepted=accepted,
         batch_size=len(num_scheduled),
-        pure_decode=_pure_decode(scheduler_output, spec_tokens, num_scheduled),
+        pure_decode=pure_decode(scheduler_output, spec_tokens, num_scheduled),
         scheduled_at=scheduled_at,
         completed_at=completed_at,
         batched_tokens=scheduler_output.total_num_scheduled_tokens,
@@ -83,10 +83,16 @@ def _verified(spec_tokens: Mapping[str, Any], invalid: Mapping[str, int],
     return tuple(drafted), tuple(accepted)
 
 
-def _pure_decode(scheduler_output: Any, spec_tokens: Mapping[str, Any], num_scheduled: Mapping[str, int]) -> bool:
+def pure_decode(scheduler_output: Any, spec_tokens: Optional[Mapping[str, Any]] = None,
+                num_scheduled: Optional[Mapping[str, int]] = None) -> bool:
     """Nobody admitted, preempted or prefilling: every request ran its one token plus its drafts.
 
-    Only such steps measure the cost of a K cleanly, so only they feed the policy's cost windows."""
+    Only such steps measure the cost of a K cleanly, so only they feed the policy's cost windows; and
+    only in such steps may the K=0 fast path skip a model drafter (patches/k0_fast_path.py)."""
+    if spec_tokens is None:
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+    if num_scheduled is None:
+        num_scheduled = scheduler_output.num_scheduled_tokens
     return (
         not scheduler_output.scheduled_new_reqs
         and not scheduler_output.preempted_req_ids

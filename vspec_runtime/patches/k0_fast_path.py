@@ -59,6 +59,7 @@ from types import ModuleType
 
 import torch
 
+from vspec_runtime import vllm_adapter
 from vspec_runtime.patches import _base, _hooks
 
 logger = logging.getLogger("vspec.patches")
@@ -83,7 +84,7 @@ SYMBOLS = (
     "vllm.v1.outputs:DraftTokenIds.draft_token_ids",
     "vllm.v1.core.sched.output:SchedulerOutput.scheduled_new_reqs",
     "vllm.v1.core.sched.output:SchedulerOutput.num_scheduled_tokens",
-    "vllm.v1.core.sched.output:SchedulerOutput.total_num_scheduled_tokens",
+    "vllm.v1.core.sched.output:SchedulerOutput.scheduled_spec_decode_tokens",
 )
 
 # Drafters that keep no state between steps: skipping them at K=0 loses nothing.
@@ -134,7 +135,7 @@ def _make_propose(original, skip_model_drafters: bool):
         if scheduler_output.num_spec_tokens_to_schedule == 0:
             if self.speculative_config.method in STATELESS_METHODS:
                 return [[] for _ in sampled_token_ids]
-            if skip_model_drafters and _pure_decode(scheduler_output):
+            if skip_model_drafters and vllm_adapter.pure_decode(scheduler_output):
                 _announce("the model drafter was skipped in a K=0 decode step (sticky K=0)")
                 stale.update(self.input_batch.req_ids)
                 # What the model drafters return at K=0 after their forward pass: no drafts.
@@ -166,9 +167,3 @@ def _make_take(original):
         return result
 
     return take_draft_token_ids
-
-
-def _pure_decode(scheduler_output) -> bool:
-    """One token per request and no new request: nothing of a prompt is in the step."""
-    return (not scheduler_output.scheduled_new_reqs
-            and scheduler_output.total_num_scheduled_tokens == len(scheduler_output.num_scheduled_tokens))

@@ -38,7 +38,8 @@ def spec(method: str, target: str, drafter: str | None = None, adaptive: dict | 
     }
 
 
-def generate(tmp_path, engine_spec: dict, target: str, drafter: str | None = None, env_note: str = "") -> dict:
+def generate(tmp_path, engine_spec: dict, target: str, drafter: str | None = None, env_note: str = "",
+             batch_sampling: list | None = None) -> dict:
     request = {
         "spec": engine_spec,
         "target_path": target,
@@ -46,7 +47,8 @@ def generate(tmp_path, engine_spec: dict, target: str, drafter: str | None = Non
         "chat": False,
         "engine_overrides": {"enforce_eager": True},  # skip torch.compile: starts in seconds, same outputs
         "phases": [
-            {"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True},
+            {"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+             "sampling": batch_sampling},
             {"name": "single", "prompts": PROMPTS[:1], "max_tokens": MAX_TOKENS, "ignore_eos": True},
         ],
     }
@@ -70,6 +72,13 @@ CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 0, 2], 
 # back to requests whose drafter cache the skipped steps left behind.
 REPROBE = {"enabled": True, "policy": "sweep", "sweep_gammas": [0, 2], "control_interval": 1, "min_gamma": 0,
            "gamma0_reprobe_steps": 4}
+# Per-request draft lengths under a constant K=4: each request's draft trimmed to what its own
+# acceptance and the measured step cost say pays.
+PER_REQUEST = {"enabled": True, "policy": "fixed", "per_request": True}
+# Client caps through the OpenAI API's vllm_xargs (SamplingParams.extra_args): the batch phase's second
+# request opts out of speculation, the third allows one draft token.
+CAPPED = {"enabled": True, "policy": "fixed"}
+CAPS = [{}, {"extra_args": {"vspec_max_draft": 0}}, {"extra_args": {"vspec_max_draft": 1}}, {}]
 
 
 @pytest.fixture(scope="module")
@@ -91,10 +100,11 @@ def speculative_run(tiny_models, tmp_path_factory):
             drafter = {"ngram": None, "draft": str(tiny_models["llama-first-layer"]),
                        "eagle": str(tiny_models["llama-eagle"])}[method]
             adaptive = {"fixed": None, "changing-k": CHANGING_K, "reprobe": REPROBE,
-                        "online": ADAPTIVE}[mode]
+                        "online": ADAPTIVE, "per-request": PER_REQUEST, "capped": CAPPED}[mode]
             if adaptive:
                 adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"), samples=str(folder / "samples.jsonl"))
-            result = generate(folder, spec(method, target, drafter, adaptive), target, drafter)
+            result = generate(folder, spec(method, target, drafter, adaptive), target, drafter,
+                              batch_sampling=CAPS if mode == "capped" else None)
             samples = folder / "samples.jsonl"
             result["samples"] = [json.loads(line) for line in samples.read_text().splitlines()] if samples.exists() else []
             cache[(method, mode)] = result
@@ -107,6 +117,7 @@ def speculative_run(tiny_models, tmp_path_factory):
     ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
     ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "reprobe"),
     ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
+    ("ngram", "per-request"), ("draft", "per-request"), ("eagle", "per-request"), ("draft", "capped"),
 ])
 def test_greedy_output_identical_to_target_only(speculative_run, target_only, method, mode):
     result = speculative_run(method, mode)
@@ -155,6 +166,33 @@ def test_reprobe_brings_k_back_without_drafting_from_a_stale_cache(speculative_r
     probes = [line for line in later[first_zero:] if line["gamma"] > 0]
     assert probes, "K never came back while the batch ran: no re-probe"
     assert all(line["drafted"] == 0 for line in probes), "drafts from a stale drafter cache were verified"
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft", "eagle"])
+def test_per_request_lengths_saw_every_draft_and_reported_them(speculative_run, method):
+    """The allocator ran on the drafts of the measured phases (outputs equal target-only above), and
+    what it kept is what vLLM verified."""
+    result = speculative_run(method, "per-request")
+    summary = result["controller"]["per_request"]
+    assert summary["offered_drafts"] > 0, "the allocator never saw a draft: the equality would prove nothing"
+    verified = result["counters"]["vllm:spec_decode_num_draft_tokens"]
+    assert 0 < summary["kept_drafts"] <= summary["offered_drafts"]
+    assert verified <= summary["kept_drafts"]  # vLLM may drop more (a stop, the token budget), never verify more
+
+
+def test_client_caps_limit_drafts_per_request(speculative_run):
+    """vllm_xargs {"vspec_max_draft": 0} gets a request no drafts at all; 1 gets at most one per step.
+    Request ids are "<counter>-<random>", in submission order: the batch phase's four are consecutive."""
+    result = speculative_run("draft", "capped")
+    batch_steps = [line for line in result["samples"] if line["batch_size"] == len(PROMPTS)]
+    drafted: dict[int, list[int]] = {}
+    for line in batch_steps:
+        for request_id, count in zip(line["request_ids"], line["drafted_per_request"]):
+            drafted.setdefault(int(request_id.split("-")[0]), []).append(count)
+    first = min(drafted)  # the uncapped first prompt drafts (a model drafter always does)
+    assert first + 1 not in drafted or not any(drafted[first + 1]), "the opted-out request was drafted for"
+    assert drafted[first + 2] and max(drafted[first + 2]) == 1, drafted[first + 2]
+    assert max(drafted[first + 3]) > 1 and max(drafted[first]) > 1
 
 
 def test_sync_k0_keeps_the_model_drafter_running(speculative_run):

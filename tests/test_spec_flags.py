@@ -67,6 +67,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.sweep_gammas": ("0,2", (0, 2)),
     "adaptive.seed": ("7", 7),
     "adaptive.entropy_stop": ("true", True),
+    "adaptive.per_request": ("true", True),
     "adaptive.entropy_topk": ("4", 4),
     "adaptive.entropy_threshold": ("0.2", 0.2),
     "adaptive.entropy_scale": ("0.3", 0.3),

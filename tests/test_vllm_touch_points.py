@@ -8,6 +8,7 @@ vLLM's step objects must build the same ObservedStep the scheduler built inline 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -118,6 +119,7 @@ _OBJECTS = {
     "model_runner_output": "vllm.v1.outputs:ModelRunnerOutput",
     "draft_token_ids": "vllm.v1.outputs:DraftTokenIds",
     "request": "vllm.v1.request:Request",
+    "sampling_params": "vllm.sampling_params:SamplingParams",
     "requests": "vllm.v1.request:Request",  # requests[rid].x: one request of the table
 }
 
@@ -262,11 +264,14 @@ def test_the_adapter_builds_the_same_observed_step_as_before(wants_context):
         before = _observed_step_as_before(scheduler_output, runner_output, 1.0, 1.5, requests, wants_context)
         after = vllm_adapter.observed_step(scheduler_output, runner_output, scheduled_at=1.0, completed_at=1.5,
                                            requests=requests if wants_context else None)
-        assert after == before, label
+        # Added since: which request each (drafted, accepted) pair belongs to, and who finished.
+        assert dataclasses.replace(after, request_ids=(), finished=()) == before, label
+        assert len(after.request_ids) == len(after.drafted), label
+        assert set(after.request_ids) <= set(scheduler_output.scheduled_spec_decode_tokens), label
     step = vllm_adapter.observed_step(*next(_cases())[1:3], scheduled_at=1.0, completed_at=1.5,
                                       requests=next(_cases())[3])
     assert step == ObservedStep(drafted=(3, 2), accepted=(2, 0), batch_size=2, pure_decode=True, scheduled_at=1.0,
-                                completed_at=1.5, batched_tokens=7, context_tokens=65)
+                                completed_at=1.5, batched_tokens=7, context_tokens=65, request_ids=("a", "b"))
 
 
 def test_confidence_cuts_count_only_decoding_requests_cut_below_k():

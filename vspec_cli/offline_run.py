@@ -20,7 +20,8 @@ RESULT:  {"phases": [{"name", "outputs": [{"text", "token_ids", "logprobs"?}], "
 Phases run one after another in the same engine (the `mixed` workload changes batch size and text
 between phases); each phase submits all its prompts at once, so batch = number of prompts.
 
-Sampling: greedy unless a phase gives ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``seed``),
+Sampling: greedy unless a phase gives ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``seed``, and
+``extra_args``, what the OpenAI API's ``vllm_xargs`` become, e.g. ``{"vspec_max_draft": 0}``),
 one dict for every prompt or a list with one dict per prompt (greedy and sampled requests can share
 a phase: ``{"temperature": 0}`` is greedy). With ``"logprobs": true`` each output also carries the
 target model's log-probability of every generated token (vLLM's raw logprobs: the target's own
@@ -123,7 +124,7 @@ def sampling_params(phase: dict[str, Any]) -> list[Any]:
 
 def _sampling_fields(entry: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {"temperature": float(entry.get("temperature", 0.0))}
-    for name, cast in (("top_p", float), ("top_k", int), ("seed", int)):
+    for name, cast in (("top_p", float), ("top_k", int), ("seed", int), ("extra_args", dict)):
         if entry.get(name) is not None:
             fields[name] = cast(entry[name])
     return fields

@@ -61,6 +61,7 @@ RARE_KEYS = frozenset({
     "adaptive.model_guided", "adaptive.gamma0_mode", "adaptive.gamma0_reprobe_steps", "adaptive.fixed_gamma",
     "adaptive.seed",
     "adaptive.trace", "adaptive.samples",
+    "adaptive.per_request",  # a second long --x/--no-x pair in the panel cuts option names at 80 columns
     "adaptive.entropy_stop", "adaptive.entropy_topk", "adaptive.entropy_threshold", "adaptive.entropy_scale",
     "relaxed.from_position", "relaxed.after_tokens",
 })

@@ -19,7 +19,7 @@ from typing import Callable
 from vspec_cli._errors import PreconditionError, UserInputError
 
 # Bump when the built-in prompts or their phase plans change, so results.json says which set ran.
-PROMPT_SET_VERSION = 2
+PROMPT_SET_VERSION = 3  # 3: hetero added (the other workloads' prompts unchanged)
 
 WORKLOAD_HELP: dict[str, str] = {
     "copy": "copy a passage word for word; passages are the paragraphs of Python's own LICENSE.txt "
@@ -32,6 +32,8 @@ WORKLOAD_HELP: dict[str, str] = {
     "mixed": "the non-stationary case: per round eight phases copy@B, chat@B/2, code@B, chat@B, copy@1, "
              "code@B/2, chat@1, copy@B/2 (B/2 rounded down, at least 1; with B=8 batches of 8, 4 and 1), so "
              "the text and the batch size change under the controller and no single fixed K suits all of it.",
+    "hetero": "every batch mixes copy and chat prompts, half and half (copy first; batch 1 alternates), so "
+              "rows of one batch differ in acceptance: what per-request draft lengths are for.",
     "FILE.jsonl": "your own prompts, one JSON object per line with a \"prompt\" string.",
 }
 
@@ -127,6 +129,26 @@ def _mixed_plan(copy_pool: tuple[str, ...], chat_pool: tuple[str, ...],
     return plan
 
 
+def _hetero_plan(copy_pool: tuple[str, ...], chat_pool: tuple[str, ...]) -> Callable[[int, int], list[Phase]]:
+    """Per round one batch of B: ceil(B/2) copy prompts and floor(B/2) chat prompts (B=1: copy on even
+    rounds, chat on odd ones), interleaved so neither kind sits at the front of the batch."""
+    def plan(batch: int, rounds: int) -> list[Phase]:
+        phases = []
+        used_copy = used_chat = 0
+        for r in range(rounds):
+            copies = (batch + 1) // 2 if batch > 1 else 1 - r % 2
+            chats = batch - copies
+            copy_part = _take(copy_pool, used_copy, copies)
+            chat_part = _take(chat_pool, used_chat, chats)
+            used_copy, used_chat = used_copy + copies, used_chat + chats
+            mixed = [p for pair in zip(copy_part, chat_part) for p in pair]
+            mixed += list(copy_part[len(chat_part):]) + list(chat_part[len(copy_part):])
+            phases.append(Phase(f"hetero@{batch}#{r + 1}", "hetero", tuple(mixed)))
+        return phases
+
+    return plan
+
+
 # --- prompt material ------------------------------------------------------------------------------
 
 def _normalise(text: str) -> str:
@@ -193,7 +215,7 @@ def file_prompts(path: Path) -> tuple[str, ...]:
 
 # --- lookup -----------------------------------------------------------------------------------------
 
-BUILTIN_NAMES = ("copy", "code", "chat", "mixed")
+BUILTIN_NAMES = ("copy", "code", "chat", "mixed", "hetero")
 
 
 def load_workload(name: str) -> Workload:
@@ -213,6 +235,10 @@ def load_workload(name: str) -> Workload:
         return Workload("mixed", WORKLOAD_HELP["mixed"], f"copy: {copy_source}; chat: CHAT_QUESTIONS; code: {code_source}",
                         _mixed_plan(copy_pool, CHAT_QUESTIONS, code_pool),
                         len(copy_pool) + len(CHAT_QUESTIONS) + len(code_pool))
+    if name == "hetero":
+        copy_pool, copy_source = copy_passages()
+        return Workload("hetero", WORKLOAD_HELP["hetero"], f"copy: {copy_source}; chat: CHAT_QUESTIONS",
+                        _hetero_plan(copy_pool, CHAT_QUESTIONS), len(copy_pool) + len(CHAT_QUESTIONS))
     path = Path(name).expanduser()
     if name.endswith(".jsonl") or path.is_file():
         pool = file_prompts(path)
@@ -227,7 +253,7 @@ def load_workload(name: str) -> Workload:
 def parse_workloads(text: str) -> list[Workload]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
-        raise UserInputError("--workload: give at least one workload (copy, code, chat, mixed or FILE.jsonl)")
+        raise UserInputError("--workload: give at least one workload (copy, code, chat, mixed, hetero or FILE.jsonl)")
     workloads = [load_workload(name) for name in dict.fromkeys(names)]
     labels = [w.name for w in workloads]
     if len(set(labels)) != len(labels):

@@ -19,6 +19,7 @@ from typing import IO, Any, Callable, Optional
 from vspec_runtime import envs, metrics
 from vspec_runtime.control import make_policy
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.per_request import DraftAllocator
 from vspec_runtime.control.sticky import StickyZero
 from vspec_runtime.control.switch import PolicySwitch
 from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
@@ -41,6 +42,8 @@ class ObservedStep:
     completed_at: float  # clock time when its output was processed
     context_tokens: int = 0
     batched_tokens: int = 0
+    request_ids: tuple[str, ...] = ()  # aligned with drafted / accepted
+    finished: tuple[str, ...] = ()  # requests that finished since the previous step
 
 
 class FaultInjectingPolicy(Policy):
@@ -103,6 +106,10 @@ class AdaptiveController:
         # Context lengths cost a pass over the batch: only gathered when a consumer needs them.
         self.wants_context = spec.adaptive.samples is not None or spec.adaptive.policy == "profile"
         self._last_snapshot = 0.0
+        # Per-request draft lengths: on for the spec, or (interleaved bench) for the labels that ask.
+        self._per_request_labels = self._labels_with_per_request()
+        self.allocator: Optional[DraftAllocator] = (
+            DraftAllocator(max_gamma) if spec.adaptive.per_request or self._per_request_labels else None)
 
     # --- construction -------------------------------------------------------------------------
 
@@ -133,6 +140,21 @@ class AdaptiveController:
         }
         logger.info("vspec: interleaved bench, one engine switching between %s", ", ".join(policies))
         return PolicySwitch(policies, active=next(iter(policies)))
+
+    @staticmethod
+    def _labels_with_per_request() -> frozenset[str]:
+        labelled = envs.get("VSPEC_BENCH_POLICIES")
+        if not labelled:
+            return frozenset()
+        return frozenset(label for label, entry in json.loads(labelled).items()
+                         if entry.get("adaptive", {}).get("per_request"))
+
+    def _per_request_active(self) -> bool:
+        if self.allocator is None:
+            return False
+        if isinstance(self.policy, PolicySwitch):
+            return self.policy.active in self._per_request_labels
+        return True
 
     def _select_bench_policy(self) -> None:
         """Between rounds of the interleaved bench: run the label the driver wrote last."""
@@ -203,7 +225,11 @@ class AdaptiveController:
         )
         self._drafted_with = self.current_gamma
         if self._samples is not None and step.batch_size > 0:
-            self._write_sample(feedback)
+            self._write_sample(feedback, step.request_ids)
+        if self.allocator is not None:
+            self.allocator.observe_step(step.request_ids, step.drafted, step.accepted, step.batched_tokens,
+                                        interval_ms, step.pure_decode)
+            self.allocator.finished(step.finished)
         if step.batch_size > 0:
             self.policy.observe(feedback)
             if stable:
@@ -211,6 +237,15 @@ class AdaptiveController:
         if idle_after:
             self._idle = True
         self._maybe_publish(force=idle_after)
+
+    def draft_lengths(self, offered: dict[str, int], caps: dict[str, int]) -> Optional[dict[str, int]]:
+        """Drafts each request keeps for verification (per-request lengths and client caps), or None
+        to keep every draft as made."""
+        if self._per_request_active():
+            return self.allocator.lengths(offered, caps)
+        if caps:
+            return {rid: min(count, caps[rid]) for rid, count in offered.items() if rid in caps}
+        return None
 
     def observe_confidence_cuts(self, gamma: int, kept: dict[str, int]) -> None:
         """Confidence stop cut these requests' drafts (request id -> drafts kept of ``gamma``)."""
@@ -252,9 +287,11 @@ class AdaptiveController:
         }
         if "active" in summary:
             line["policy"] = summary["active"]
+        if self._per_request_active() and self.allocator.last:
+            line["drafts_kept"] = self.allocator.last  # the previous step's verification budget
         self._trace.write(json.dumps(line) + "\n")
 
-    def _write_sample(self, feedback: StepFeedback) -> None:
+    def _write_sample(self, feedback: StepFeedback, request_ids: tuple[str, ...]) -> None:
         """One profiling sample per verified step (vspec profile collect reads these)."""
         line = {
             "batch_size": feedback.batch_size,
@@ -268,6 +305,7 @@ class AdaptiveController:
             "committed": feedback.committed_tokens,
             "context_tokens": feedback.context_tokens,
             "batched_tokens": feedback.batched_tokens,
+            "request_ids": list(request_ids),
         }
         self._samples.write(json.dumps(line) + "\n")
 
@@ -286,6 +324,7 @@ class AdaptiveController:
             "relaxed": self.spec.relaxed.enabled,
             "confidence_cut_requests": self.confidence_cut_requests,
             "confidence_dropped_drafts": self.confidence_dropped_drafts,
+            **({"per_request": self.allocator.summary()} if self.allocator is not None else {}),
             **({"active_policy": self.policy.active} if isinstance(self.policy, PolicySwitch) else {}),
         }
 

@@ -108,12 +108,24 @@ class AdaptiveScheduler(Scheduler):
     # --- confidence stop: count per-request cuts (the cut itself happens in the worker) ----------
 
     def update_draft_token_ids(self, draft_token_ids):  # type: ignore[override]
-        """The worker-side patch (vspec_runtime/patches/gpu_model_runner.py) already trimmed each
-        request's drafts; a list shorter than the K asked for is a confidence cut. Counted here
-        because the trace lives in this process."""
+        """The drafts made for the next step, before vLLM stores them on the requests.
+
+        Confidence stop: the worker-side patch (vspec_runtime/patches/gpu_model_runner.py) already
+        trimmed each request's drafts; a list shorter than the K asked for is a confidence cut,
+        counted here because the trace lives in this process. Then per-request lengths and client
+        caps trim the lists in place (lossless: a shorter draft verifies the kept tokens the same)."""
         if self._vspec is not None and self._vspec_counts_cuts:
             self._guarded(lambda: self._count_confidence_cuts(draft_token_ids))
+        if self._vspec is not None:
+            self._guarded(lambda: self._trim_drafts(draft_token_ids))
         super().update_draft_token_ids(draft_token_ids)
+
+    def _trim_drafts(self, draft_token_ids) -> None:
+        offered, caps = vllm_adapter.offered_drafts(draft_token_ids, self.requests)
+        if offered:
+            lengths = self._vspec.draft_lengths(offered, caps)
+            if lengths:
+                vllm_adapter.trim_drafts(draft_token_ids, lengths)
 
     def _count_confidence_cuts(self, draft_token_ids) -> None:
         asked = self._vspec_drafting_k

@@ -60,6 +60,7 @@ class AdaptiveSettings(_Strict):
     sweep_gammas: Optional[tuple[int, ...]] = Field(
         None, description="Policy sweep: the K values cycled, control_interval steps each.")
     seed: int = Field(0, description="Seed of the online policy's random choices.")
+    per_request: bool = Field(False, description="Trim each request's draft to where it pays (lossless).")
     # Confidence stop (lossless): cut a request's draft at the first uncertain position.
     entropy_stop: bool = Field(False, description="Confidence stop (lossless): cut a request's draft at the "
                                                   "first uncertain position; model drafters only.")

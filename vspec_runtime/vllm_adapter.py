@@ -35,7 +35,13 @@ SYMBOLS = (
     "vllm.v1.request:Request.is_finished",
     "vllm.v1.request:Request.is_prefill_chunk",
     "vllm.v1.request:Request.num_computed_tokens",
+    "vllm.v1.request:Request.sampling_params",
+    "vllm.sampling_params:SamplingParams.extra_args",
+    f"{_OUT}.finished_req_ids",
 )
+
+# The per-request cap a client sets through the OpenAI API: {"vllm_xargs": {"vspec_max_draft": 0}}.
+MAX_DRAFT_ARG = "vspec_max_draft"
 
 
 def observed_step(
@@ -54,11 +60,13 @@ def observed_step(
     spec_tokens = scheduler_output.scheduled_spec_decode_tokens
     # Drafts vLLM invalidated before verification (e.g. past a stop) were never really tried.
     invalid = scheduler_output.num_invalid_spec_tokens or {}
-    drafted, accepted = _verified(spec_tokens, invalid, model_runner_output)
+    request_ids, drafted, accepted = _verified(spec_tokens, invalid, model_runner_output)
     num_scheduled = scheduler_output.num_scheduled_tokens
     return ObservedStep(
         drafted=drafted,
         accepted=accepted,
+        request_ids=request_ids,
+        finished=tuple(scheduler_output.finished_req_ids or ()),
         batch_size=len(num_scheduled),
         pure_decode=pure_decode(scheduler_output, spec_tokens, num_scheduled),
         scheduled_at=scheduled_at,
@@ -69,18 +77,19 @@ def observed_step(
 
 
 def _verified(spec_tokens: Mapping[str, Any], invalid: Mapping[str, int],
-              model_runner_output: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Per request with drafts: drafts verified and drafts accepted (tokens sampled - 1)."""
+              model_runner_output: Any) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+    """Per request with drafts: its id, drafts verified and drafts accepted (tokens sampled - 1)."""
     sampled = model_runner_output.sampled_token_ids
     index_of = model_runner_output.req_id_to_index
-    drafted, accepted = [], []
+    request_ids, drafted, accepted = [], [], []
     for req_id, drafts in spec_tokens.items():
         index = index_of.get(req_id)
         if index is None or not sampled or index >= len(sampled):
             continue  # no sampled tokens for it in this output: nothing to learn
+        request_ids.append(req_id)
         drafted.append(len(drafts) - invalid.get(req_id, 0))
         accepted.append(max(len(sampled[index]) - 1, 0))
-    return tuple(drafted), tuple(accepted)
+    return tuple(request_ids), tuple(drafted), tuple(accepted)
 
 
 def pure_decode(scheduler_output: Any, spec_tokens: Optional[Mapping[str, Any]] = None,
@@ -116,3 +125,43 @@ def confidence_cuts(draft_token_ids: Any, requests: Mapping[str, Any], asked: in
         if 0 < len(drafts) < asked:
             kept[req_id] = len(drafts)
     return kept
+
+
+def offered_drafts(draft_token_ids: Any, requests: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """What the drafter handed back: drafts per live decoding request, and the caps clients asked for.
+
+    A cap is ``vllm_xargs: {"vspec_max_draft": N}`` in the request (vLLM keeps it in
+    ``SamplingParams.extra_args``); a value that is not a whole number >= 0 is ignored (``draft_cap``)."""
+    offered: dict[str, int] = {}
+    caps: dict[str, int] = {}
+    for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
+        request = requests.get(req_id)
+        if request is None or not drafts or request.is_finished() or request.is_prefill_chunk:
+            continue
+        offered[req_id] = len(drafts)
+        sampling_params = request.sampling_params
+        extra = sampling_params.extra_args if sampling_params is not None else None
+        if extra and MAX_DRAFT_ARG in extra:
+            cap = draft_cap(extra[MAX_DRAFT_ARG])
+            if cap is not None:
+                caps[req_id] = cap
+    return offered, caps
+
+
+def draft_cap(value: Any) -> Optional[int]:
+    """A whole number >= 0 as JSON gives it (0, 2.0 or "3"); anything else is no cap."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, (int, float)) and value >= 0 and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def trim_drafts(draft_token_ids: Any, lengths: Mapping[str, int]) -> None:
+    """Shorten each request's draft list in place to ``lengths[req_id]`` (requests not named keep theirs)."""
+    for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
+        keep = lengths.get(req_id)
+        if keep is not None and keep < len(drafts):
+            del drafts[keep:]

@@ -71,7 +71,7 @@ SURFACE: tuple[Sym, ...] = (
     Sym(_SCHED, "class", "AdaptiveScheduler subclasses it and is passed as --scheduler-cls", ("vllm_config", "kv_cache_config", "structured_output_manager", "block_size"), ADAPTIVE),
     Sym(f"{_SCHED}.schedule", "function", "overridden: K is chosen just before vLLM schedules a step", (), ADAPTIVE),
     Sym(f"{_SCHED}.update_from_output", "function", "overridden: accepted counts and step timing feed the policy", ("scheduler_output", "model_runner_output"), ADAPTIVE),
-    Sym(f"{_SCHED}.update_draft_token_ids", "function", "per-request draft trimming (confidence stop)", ("draft_token_ids",), ADAPTIVE),
+    Sym(f"{_SCHED}.update_draft_token_ids", "function", "per-request draft trimming (confidence stop counts, per-request lengths, caps)", ("draft_token_ids",), ADAPTIVE),
     Sym(f"{_SCHED}.shutdown", "function", "overridden: the controller writes its summary when the engine stops", (), ADAPTIVE),
     Sym(f"{_SCHED}.dynamic_sd_lookup", "attribute", "the batch-size -> K list vspec rewrites before each step", None, ADAPTIVE),
     Sym(f"{_SCHED}.num_spec_tokens", "attribute", "the start-up K, the ceiling of every K vspec picks", None, ADAPTIVE),
@@ -95,6 +95,8 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.outputs:DraftTokenIds.req_ids", "field", "pairs each draft list with its request (confidence cuts)", None, ADAPTIVE),
     Sym("vllm.v1.request:Request.is_finished", "function", "finished requests are not counted as confidence cuts", (), ADAPTIVE),
     Sym("vllm.v1.request:Request.num_computed_tokens", "attribute", "context tokens per step (samples file, profile policy)", None, ADAPTIVE),
+    Sym("vllm.v1.request:Request.sampling_params", "attribute", "per-request draft caps (vllm_xargs vspec_max_draft)", None, ADAPTIVE),
+    Sym("vllm.sampling_params:SamplingParams.extra_args", "field", "where vLLM keeps a request's vllm_xargs (the vspec_max_draft cap)", None, ADAPTIVE),
     Sym("vllm.v1.spec_decode.dynamic.utils:build_dynamic_sd_schedule_lookup", "function", "builds the dense K lookup vspec overwrites", ("num_speculative_tokens_per_batch_size", "vllm_max_batch_size", "vllm_num_speculative_tokens"), ADAPTIVE),
     Sym("vllm.model_executor.models:ModelRegistry.register_model", "function", "registers vspec's EAGLE head architectures", ("model_arch", "model_cls"), EAGLE),
     Sym("vllm.plugins:load_general_plugins", "function", "vLLM calls vspec's register() through it in every process", (), CORE),
@@ -145,7 +147,7 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.spec_decode.metadata:SpecDecodeMetadata.num_draft_tokens", "field", "a step with no drafts at all takes the plain sampler", None, ADAPTIVE),
     Sym("vllm.config.speculative:SpeculativeConfig.method", "field", "which drafter the K=0 fast path may skip", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.req_ids", "attribute", "the requests whose drafter cache a skipped K=0 step leaves behind", None, ADAPTIVE),
-    Sym("vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "field", "finished requests leave the K=0 fast path's stale set", None, ADAPTIVE),
+    Sym("vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "field", "finished requests leave the K=0 fast path's stale set and the per-request acceptance table", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.device", "attribute", "where the K=0 fast path puts a skipped model drafter's empty drafts", None, ADAPTIVE),
     # --- offline engine runs for `vspec bench` and `vspec profile` (vspec_cli/offline_run.py) ---
     Sym("vllm.entrypoints.llm:LLM.get_metrics", "function", "the bench reads vLLM's counters from it after each phase", (), CORE),
@@ -212,6 +214,8 @@ def _member_problem(sym: Sym, owner: Any, member: str) -> Optional[str]:
         if dataclasses.is_dataclass(cls) and member in {f.name for f in dataclasses.fields(cls)}:
             return None
         if member in getattr(cls, "model_fields", {}):  # a pydantic model
+            return None
+        if member in getattr(cls, "__struct_fields__", ()):  # a msgspec Struct (SamplingParams)
             return None
         return f"{cls.__module__}.{cls.__qualname__} has no field '{member}'"
     # An instance attribute exists only once __init__ ran: look for the assignment in the source.

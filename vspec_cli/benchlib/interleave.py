@@ -39,6 +39,12 @@ TARGET_ENGINE = "target-only"
 VSPEC_ENGINE = "vspec"
 HOST_MEMORY_SHARE = 0.6  # of the host's memory, for all engines of a repeat together (CPU KV caches)
 READY_TIMEOUT_S = 900
+# vLLM's multiprocessing executor keeps its worker spinning on the shared-memory queue for 1 s after
+# its last step (shm_broadcast.SpinCondition, busy_loop_s=1), so on a small machine the engine that
+# just finished a phase takes a core from the next engine for that second: measured here, a batch-1
+# phase right after an engine switch ran 15% slower, the noise that kept batch-1 intervals wide.
+# Waiting out the spin at each switch (about two per cell and round) removes it.
+SETTLE_AFTER_SWITCH_S = 1.2
 
 
 def balanced_order(labels: list[str], round_index: int) -> list[str]:
@@ -66,7 +72,8 @@ def scheduler_policy_settings(base: RuntimeSpec, policy: BenchPolicy) -> dict[st
     """What the vspec engine's controller needs for one label: its max K and adaptive settings."""
     if policy.kind == "fixed":
         adaptive = dict(base.adaptive.model_dump(), enabled=True, policy="fixed", fixed_gamma=policy.gamma,
-                        min_gamma=min(base.adaptive.min_gamma, policy.gamma), trace=None, samples=None)
+                        min_gamma=min(base.adaptive.min_gamma, policy.gamma), trace=None, samples=None,
+                        per_request=False)
         return {"gamma": policy.gamma, "adaptive": adaptive}
     spec = policy_spec(base, policy)
     return {"gamma": spec.gamma, "adaptive": dict(spec.adaptive.model_dump(), trace=None, samples=None)}
@@ -200,11 +207,15 @@ def _one_repeat(plan: BenchPlan, repeat: int, on_event: Event) -> list[EngineRun
         phases = plan.phase_requests()
         total = len(phases) * len(labels)
         done = 0
+        previous_engine = None
         for cell_phases in _by_cell_and_round(phases):
             round_index = round_of(cell_phases[0]["name"])
             for position, label in enumerate(balanced_order(labels, round_index)):
                 engine = engines[layout.engine_of[label]]
                 policy = label if layout.engine_of[label] == VSPEC_ENGINE else None
+                if engine is not previous_engine:  # also before the first phase: warm-ups spin too
+                    time.sleep(SETTLE_AFTER_SWITCH_S)
+                previous_engine = engine
                 for asked in cell_phases:
                     on_event("stage", stage="phase", phase=done, phases=total, name=f"{asked['name']} {label}")
                     got = engine.run(asked, policy)

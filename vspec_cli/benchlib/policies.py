@@ -7,6 +7,8 @@
 ``vllm-fixed:K``     plain vLLM with num_speculative_tokens=K, no vspec scheduler (a labelled baseline)
 ``table:B=K,...``    vLLM's batch-size table through the controller's table policy, e.g. ``table:1=6,8=1``
 ``online``           the online controller (bandit over K)
+``per-request``      the online controller choosing the most any request drafts, and per-request draft
+                     lengths (adaptive.per_request) trimming each request's draft to where it pays
 ``profile:PATH``     the profile controller with that profile JSON
 
 Adaptive policies keep the base spec's gamma (max K) and its other adaptive settings.
@@ -22,17 +24,19 @@ from typing import Any, Optional
 from vspec_cli._errors import UserInputError
 from vspec_runtime.spec import MAX_GAMMA, RuntimeSpec, SpecError, validate_spec
 
-POLICY_SYNTAX = "target-only, fixed:K, fixed:K1-K2, vllm-fixed:K, table:B=K[,B=K...], online, profile:PATH"
+POLICY_SYNTAX = ("target-only, fixed:K, fixed:K1-K2, vllm-fixed:K, table:B=K[,B=K...], online, per-request, "
+                 "profile:PATH")
 _TABLE_ENTRY = re.compile(r"^\s*(\d+)\s*=\s*(\d+)\s*$")
 
 
 @dataclass(frozen=True)
 class BenchPolicy:
     label: str  # as written in reports, e.g. "fixed:3"
-    kind: str  # target-only | fixed | vllm-fixed | table | online | profile
+    kind: str  # target-only | fixed | vllm-fixed | table | online | profile (per-request: online + lengths)
     gamma: Optional[int] = None  # fixed:K
     table: dict[int, int] = field(default_factory=dict)  # table:...
     profile: Optional[str] = None  # profile:PATH
+    per_request: bool = False  # per-request draft lengths under the policy's K
 
     @property
     def adaptive(self) -> bool:
@@ -71,6 +75,8 @@ def _parse_one(item: str) -> list[BenchPolicy]:
     name = name.strip().lower()
     if name in ("target-only", "online") and not arg:
         return [BenchPolicy(name, name)]
+    if name == "per-request" and not arg:
+        return [BenchPolicy(name, "online", per_request=True)]
     if name in ("fixed", "vllm-fixed") and arg:
         return [BenchPolicy(f"{name}:{k}", name, gamma=k) for k in _fixed_range(arg, item)]
     if name == "table" and arg:
@@ -116,7 +122,7 @@ def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = 
     """The spec ``policy`` runs with: the base spec with its method, gamma and controller replaced."""
     data: dict[str, Any] = base.model_dump()
     adaptive = dict(data["adaptive"], enabled=policy.adaptive, profile=None, table=None, fixed_gamma=None,
-                    sweep_gammas=None, trace=None, samples=None)
+                    sweep_gammas=None, trace=None, samples=None, per_request=policy.per_request)
     if policy.kind == "target-only":
         data.update(method="none", drafter=None, relaxed={})
         adaptive["entropy_stop"] = False

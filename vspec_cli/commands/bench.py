@@ -63,7 +63,7 @@ def bench(
                                                   rich_help_panel=BENCH_PANEL, show_default=False)] = None,
     policies: Annotated[str, typer.Option("--policies", help="Comma-separated policies (see below).",
                                           rich_help_panel=BENCH_PANEL)] = DEFAULT_POLICIES,
-    workload: Annotated[str, typer.Option("--workload", "-w", help="Comma-separated workloads: copy, code, chat, mixed or FILE.jsonl.",
+    workload: Annotated[str, typer.Option("--workload", "-w", help="Comma-separated workloads: copy, code, chat, mixed, hetero or FILE.jsonl.",
                                           rich_help_panel=BENCH_PANEL)] = "copy,code,chat",
     batch: Annotated[str, typer.Option("--batch", "-b", help="Comma-separated batch sizes (prompts submitted at once).",
                                        rich_help_panel=BENCH_PANEL)] = "1,8",

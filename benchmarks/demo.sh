@@ -11,5 +11,5 @@ vspec_bin="${VSPEC:-.venv/bin/vspec}"
 exec "$vspec_bin" bench --preset demo \
   --policies target-only,fixed:1,fixed:3,fixed:6,online \
   --workload copy,code,chat,mixed --batch 1,8 \
-  --max-tokens 64 --rounds 3 --repeats 1 \
+  --max-tokens 64 --rounds 4 --repeats 1 --prompts same \
   --out "$out" "$@"

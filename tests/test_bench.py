@@ -79,8 +79,28 @@ def test_builtin_workloads_are_deterministic_and_sized_by_batch():
         assert first == again and [len(p.prompts) for p in first] == [4, 4]
         assert len(set(first[0].prompts + first[1].prompts)) == 8  # rounds use different prompts
     mixed = load_workload("mixed").phases(8, 1)
-    assert [(p.kind, len(p.prompts)) for p in mixed] == [("copy", 8), ("chat", 4), ("code", 8), ("chat", 8),
-                                                          ("copy", 1), ("code", 4), ("chat", 1), ("copy", 4)]
+    assert [(p.kind, len(p.prompts)) for p in mixed] == [("copy", 8), ("chat", 8), ("code", 4), ("copy", 1)]
+    assert len(set(mixed[0].prompts + mixed[3].prompts)) == 9  # the copy@1 phase copies a passage of its own
+
+
+def test_same_prompts_rounds_repeat_the_first_round_under_their_own_names():
+    for name in ("copy", "mixed", "hetero"):
+        rounds = load_workload(name).phases(8, 3, same_prompts=True)
+        first = load_workload(name).phases(8, 1)
+        per_round = len(first)
+        assert [p.prompts for p in rounds] == [p.prompts for p in first] * 3
+        assert [p.name.rsplit("#", 1)[1] for p in rounds] == [str(r + 1) for r in range(3) for _ in range(per_round)]
+
+
+def test_hetero_batches_mix_copy_and_chat_half_and_half():
+    from vspec_cli.workloads import CHAT_QUESTIONS, COPY_INSTRUCTION
+
+    for batch in (2, 8, 5):
+        (phase,) = load_workload("hetero").phases(batch, 1)
+        copies = [p.startswith(COPY_INSTRUCTION) for p in phase.prompts]
+        chats = [p in CHAT_QUESTIONS for p in phase.prompts]
+        assert sum(copies) == (batch + 1) // 2 and sum(chats) == batch // 2 and all(a or b for a, b in zip(copies, chats))
+        assert copies[:2] == [True, False]  # interleaved, not one kind at the front
 
 
 def test_a_prompt_file_is_a_workload(tmp_path):

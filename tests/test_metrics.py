@@ -34,3 +34,19 @@ def test_a_faulted_controller_is_visible(monkeypatch, tmp_path):
 
 def test_no_snapshot_no_series(monkeypatch, tmp_path):
     assert "vspec_" not in scrape(monkeypatch, tmp_path, None)
+
+
+def test_per_request_lengths_are_on_metrics(monkeypatch, tmp_path):
+    from vspec_runtime.control.per_request import DraftAllocator
+
+    allocator = DraftAllocator(max_positions=6)
+    for tokens in range(8, 40, 2):
+        allocator.observe_step(("copy", "chat"), (6, 6), (6, 0), tokens, 20.0 + 2.0 * tokens, pure_decode=True)
+    allocator.lengths({"copy": 6, "chat": 6}, caps={})
+    text = scrape(monkeypatch, tmp_path, {"gamma": 6, "per_request": allocator.summary()})
+    assert "vspec_per_request_offered_drafts_total 12.0" in text
+    assert "vspec_per_request_kept_drafts_total 6.0" in text
+    assert 'vspec_per_request_lengths_total{length="0"} 1.0' in text
+    assert 'vspec_per_request_lengths_total{length="6"} 1.0' in text
+    assert 'vspec_per_request_slots_by_band_total{band="high"} 6.0' in text
+    assert 'vspec_per_request_step_cost_ms{term="per_token"}' in text

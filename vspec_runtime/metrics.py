@@ -82,8 +82,39 @@ class VspecCollector:
                                   value=float(snap.get("confidence_cut_requests", 0)))
         yield CounterMetricFamily("vspec_confidence_dropped_drafts", "Draft tokens the confidence stop dropped",
                                   value=float(snap.get("confidence_dropped_drafts", 0)))
+        yield from _per_request_families(snap.get("per_request"))
         yield GaugeMetricFamily("vspec_relaxed_acceptance_enabled", "1 when relaxed (output-changing) acceptance is on",
                                 value=1.0 if snap.get("relaxed") else 0.0)
+
+
+def _per_request_families(per_request: Optional[dict[str, Any]]) -> Iterator[Any]:
+    """Per-request draft lengths (adaptive.per_request): drafts offered and kept, the lengths requests
+    got, verification slots by acceptance band of the request, and the step-cost line used."""
+    if not per_request:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    yield CounterMetricFamily("vspec_per_request_offered_drafts", "Draft tokens the drafter made for verification",
+                              value=float(per_request.get("offered_drafts", 0)))
+    yield CounterMetricFamily("vspec_per_request_kept_drafts", "Draft tokens kept after per-request trimming",
+                              value=float(per_request.get("kept_drafts", 0)))
+    lengths = CounterMetricFamily("vspec_per_request_lengths", "Request-steps per draft length kept", labels=["length"])
+    for length, count in sorted(per_request.get("lengths", {}).items(), key=lambda kv: int(kv[0])):
+        lengths.add_metric([str(length)], float(count))
+    yield lengths
+    bands = CounterMetricFamily("vspec_per_request_slots_by_band",
+                                "Verified draft slots by the request's estimated first-draft acceptance "
+                                "(low < 0.3 <= mid < 0.7 <= high)", labels=["band"])
+    for band, count in sorted(per_request.get("slots_by_band", {}).items()):
+        bands.add_metric([band], float(count))
+    yield bands
+    line = per_request.get("cost_line_ms")
+    if line:
+        cost = GaugeMetricFamily("vspec_per_request_step_cost_ms", "Step-cost line: fixed ms and ms per verified token",
+                                 labels=["term"])
+        cost.add_metric(["fixed"], float(line[0]))
+        cost.add_metric(["per_token"], float(line[1]))
+        yield cost
 
 
 def register_collector() -> None:

@@ -130,7 +130,8 @@ def decisions(result, limit: int) -> list[tuple[int, int, str]]:
 
 def test_golden_decisions_high_acceptance():
     result = run(policy(seed=0), 60, high_acceptance(), seed=0)
-    assert decisions(result, 4) == [(0, 6, "warmup"), (4, 4, "warmup"), (8, 5, "warmup"), (12, 6, "explore")]
+    # Back to K=6 after warm-up is "exploit": the best arm is not a contender of a contender.
+    assert decisions(result, 4) == [(0, 6, "warmup"), (4, 4, "warmup"), (8, 5, "warmup"), (12, 6, "exploit")]
     assert result.gammas[-1] == 6
 
 
@@ -142,8 +143,7 @@ def test_golden_decisions_useless_drafter():
         (8, 2, "warmup"),
         (12, 0, "warmup"),
         (16, 1, "warmup"),
-        (20, 0, "explore"),
-        (24, 0, "exploit"),
+        (20, 0, "exploit"),  # the best measured arm: no longer visited as a contender first
     ]
 
 

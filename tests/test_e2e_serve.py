@@ -137,7 +137,9 @@ def test_demo_server_answers_chat_and_speculates(demo_server):
 
 
 def test_readme_curl_gets_a_sensible_sampled_answer(demo_server):
-    """The README's request as written: no temperature, so vLLM samples at the model's defaults.
+    """The README's request as written: no temperature, so vLLM samples at the demo model's defaults
+    (temperature 0.2, top_p 0.9 in its generation_config.json; tests/test_demo_model.py checks that vLLM
+    reads them).
 
     vLLM 0.32 on CPU answered it with junk under speculation (mean target log-probability about -5 nats
     per token against -1.5 without drafts) until vspec patched its expand kernel. Two answers to the

@@ -113,18 +113,21 @@ def _context_tokens(num_scheduled: Mapping[str, int], requests: Mapping[str, Any
     return sum(requests[rid].num_computed_tokens for rid in num_scheduled if rid in requests)
 
 
-def confidence_cuts(draft_token_ids: Any, requests: Mapping[str, Any], asked: int) -> dict[str, int]:
-    """Requests whose drafts the worker cut below the ``asked`` K: request id -> drafts kept.
+def _live_drafts(draft_token_ids: Any, requests: Mapping[str, Any]):
+    """(request id, drafts, request) for each non-empty draft of a request that is still decoding.
 
-    Finished and still-prefilling requests are left out: their short lists are not a confidence cut."""
-    kept: dict[str, int] = {}
+    Finished and still-prefilling requests are left out: vLLM drops their drafts anyway."""
     for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
         request = requests.get(req_id)
-        if request is None or request.is_finished() or request.is_prefill_chunk:
+        if request is None or not drafts or request.is_finished() or request.is_prefill_chunk:
             continue
-        if 0 < len(drafts) < asked:
-            kept[req_id] = len(drafts)
-    return kept
+        yield req_id, drafts, request
+
+
+def confidence_cuts(draft_token_ids: Any, requests: Mapping[str, Any], asked: int) -> dict[str, int]:
+    """Requests whose drafts the worker cut below the ``asked`` K: request id -> drafts kept."""
+    return {req_id: len(drafts) for req_id, drafts, _ in _live_drafts(draft_token_ids, requests)
+            if len(drafts) < asked}
 
 
 def offered_drafts(draft_token_ids: Any, requests: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
@@ -134,10 +137,7 @@ def offered_drafts(draft_token_ids: Any, requests: Mapping[str, Any]) -> tuple[d
     ``SamplingParams.extra_args``); a value that is not a whole number >= 0 is ignored (``draft_cap``)."""
     offered: dict[str, int] = {}
     caps: dict[str, int] = {}
-    for req_id, drafts in zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids):
-        request = requests.get(req_id)
-        if request is None or not drafts or request.is_finished() or request.is_prefill_chunk:
-            continue
+    for req_id, drafts, request in _live_drafts(draft_token_ids, requests):
         offered[req_id] = len(drafts)
         sampling_params = request.sampling_params
         extra = sampling_params.extra_args if sampling_params is not None else None

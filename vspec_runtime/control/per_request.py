@@ -239,9 +239,9 @@ class DraftAllocator:
         """Drafts to keep per request (<= offered). Until the cost line is known: all (then caps)."""
         offered = {rid: count for rid, count in offered.items() if count > 0}
         line = self.cost.line()
+        survival: dict[str, list[float]] = {}
         if line is None or not offered:
             kept = dict(offered)
-            prior = None
         else:
             prior = self.pooled.rates()
             survival = {rid: self.requests.survival(rid, prior, count) for rid, count in offered.items()}
@@ -252,10 +252,11 @@ class DraftAllocator:
         for rid, cap in caps.items():
             if rid in kept:
                 kept[rid] = min(kept[rid], max(cap, 0))
-        self._account(offered, kept, prior)
+        self._account(offered, kept, survival)
         return kept
 
-    def _account(self, offered: Mapping[str, int], kept: Mapping[str, int], prior: Optional[list[float]]) -> None:
+    def _account(self, offered: Mapping[str, int], kept: Mapping[str, int],
+                 survival: Mapping[str, Sequence[float]]) -> None:
         offered_slots, kept_slots = sum(offered.values()), sum(kept.values())
         self.offered_total += offered_slots
         self.kept_total += kept_slots
@@ -263,8 +264,8 @@ class DraftAllocator:
         for rid, count in kept.items():
             self.lengths_histogram[count] += 1
             self.requests.mark_kept(rid, count)
-            if prior is not None and count:
-                self.slots_by_band[band_of(self.requests.survival(rid, prior, 1)[0])] += count
+            if survival and count:
+                self.slots_by_band[band_of(survival[rid][0])] += count
         self.last = {"offered": offered_slots, "kept": kept_slots}
 
     def summary(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from vspec_cli.demo_model import SAMPLING_DEFAULTS, build_demo_model
+from vspec_cli.demo_model import SAMPLING_DEFAULTS
 
 pytestmark = pytest.mark.vllm
 
@@ -42,7 +42,12 @@ def test_a_demo_folder_from_an_earlier_version_gets_the_defaults_on_prepare(demo
     config_path.write_text(json.dumps(config))
     assert "temperature" not in _vllm_defaults(old)
 
-    build_demo_model(old)  # what `vspec models prepare demo` runs: already built, so it only adds the defaults
+    from vspec_cli import model_store
+
+    registry = tmp_path / "models.json"
+    model_store.register("demo", old, role="target", registry=registry)
+    prepared = model_store.prepare("demo", registry=registry)  # `vspec models prepare demo`: already present
+    assert prepared.path == str(old)
 
     assert _vllm_defaults(old)["temperature"] == pytest.approx(SAMPLING_DEFAULTS["temperature"])
     assert json.loads(config_path.read_text())["eos_token_id"] == config["eos_token_id"]  # the rest is kept

@@ -53,7 +53,7 @@ def build_demo_model(target: Path, progress: Optional[Progress] = None) -> Path:
     """Convert once into ``target``; a second call returns at once. Builds in a temp dir, then renames."""
     say = progress or (lambda _msg: None)
     if is_built(target):
-        write_sampling_defaults(target)  # demo folders built by earlier versions lack them
+        refresh_built_demo(target)
         say(f"demo model already prepared at {target}")
         return target
     source = gguf_location()
@@ -98,6 +98,15 @@ def build_demo_model(target: Path, progress: Optional[Progress] = None) -> Path:
         raise
     say("demo model ready")
     return target
+
+
+def refresh_built_demo(folder: Path) -> None:
+    """A demo folder built by an earlier vspec gets what later versions add (today: sampling defaults).
+
+    Called wherever vspec finds the demo already built (`vspec models prepare demo`, and resolving it for
+    `vspec serve`, `bench` and `profile`), so an upgrade needs no rebuild."""
+    if is_built(folder):
+        write_sampling_defaults(folder)
 
 
 def write_sampling_defaults(folder: Path) -> None:

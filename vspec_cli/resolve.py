@@ -88,14 +88,18 @@ def resolve_model_paths(
 
 def _one_path(text: str, what: str, strict: bool, notes: list[str], prepare_demo) -> str:
     resolved = model_store.resolve(text)
+    builtin = model_store.builtin_for(text)
     if resolved.path is not None:
+        if builtin is not None and builtin.builder == "smollm2-gguf":
+            from vspec_cli.demo_model import refresh_built_demo
+
+            refresh_built_demo(resolved.path)
         return str(resolved.path)
     if model_store.looks_like_path(text):
         raise UserInputError(
             f"{what} path {text} does not exist",
             hint="check the path, or run `vspec models list` for the models vspec knows",
         )
-    builtin = model_store.builtin_for(text)
     if builtin is not None and builtin.builder == "smollm2-gguf" and prepare_demo is not None:
         return str(prepare_demo())
     if strict and model_store.is_known_name(text):

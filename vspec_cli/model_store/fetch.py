@@ -35,6 +35,10 @@ def prepare(name: str, no_download: bool = False, revision: Optional[str] = None
     builtin = builtin_for(name)
     resolved = resolve(name, registry)
     if resolved.path is not None:
+        if builtin is not None and builtin.builder == "smollm2-gguf":
+            from vspec_cli.demo_model import refresh_built_demo
+
+            refresh_built_demo(resolved.path)
         return Prepared(resolved.name, str(resolved.path), resolved.source, "already-present")
     if builtin is None:
         if name in _safe_registry_names() or (paths.model_dir() / name).exists():

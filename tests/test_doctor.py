@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from cli_helpers import run_cli
-from vspec_cli.commands import doctor
+from vspec_cli import doctor_checks
 from vspec_runtime import TESTED_VLLM
 from vspec_runtime.vllm_surface import SURFACE
 
@@ -132,8 +132,8 @@ def test_doctor_passes_on_this_machine(capsys):
 
 def test_doctor_runs_the_sampling_check_on_the_real_cpu_kernel():
     """vLLM 0.32's CPU expand kernel drops float outputs; doctor runs it and vspec's fix, and says so."""
-    check = doctor.sampling_check()
-    assert check.name == doctor.SAMPLING_CHECK and check.status == "ok", check.reason
+    check = doctor_checks.sampling_check()
+    assert check.name == doctor_checks.SAMPLING_CHECK and check.status == "ok", check.reason
     assert "drops float outputs" in check.reason and "fixes it" in check.reason
 
 
@@ -192,6 +192,6 @@ def test_a_plugin_that_fails_to_import_is_caught_through_real_vllm(tmp_path, mon
     (broken / "plugin.py").write_text("raise RuntimeError('plugin import exploded')\n")
     monkeypatch.setenv("PYTHONPATH", str(broken.parent))
     monkeypatch.chdir(tmp_path)  # not the repo: the stand-in must be what vLLM imports
-    check = doctor.finish_plugin_probe(doctor.start_plugin_probe())
+    check = doctor_checks.finish_plugin_probe(doctor_checks.start_plugin_probe())
     assert check.status == "fail"
     assert "RuntimeError: plugin import exploded" in check.reason

@@ -23,16 +23,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
 from vspec_cli.benchlib.runner import BenchPlan, EngineRun, Event, file_label
+from vspec_cli.engine_child import engine_child
 from vspec_cli.offline_run import DONE_MARK, PHASE_MARK, PROGRESS_MARK
-from vspec_cli.process import GRACE_SECONDS, stop_group
 from vspec_runtime.spec import RuntimeSpec, validate_spec
 
 TARGET_ENGINE = "target-only"
@@ -124,13 +124,13 @@ class EngineChild:
     def __init__(self, name: str, request: dict[str, Any], request_file: Path, log_file: Path) -> None:
         self.name = name
         request_file.write_text(json.dumps(request))
-        self.log = log_file.open("w", encoding="utf-8")
         self.log_file = log_file
-        # A session of its own: closing it kills vLLM's engine-core and worker processes too.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vspec_cli.offline_run", "--serve-phases", str(request_file)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
-            start_new_session=True)
+        # Unwound by close(): the engine's whole process group is stopped first, then the log closed.
+        self._resources = ExitStack()
+        self.log = self._resources.enter_context(log_file.open("w", encoding="utf-8"))
+        self.proc = self._resources.enter_context(engine_child(
+            ["--serve-phases", str(request_file)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1))
         self.ready_s: Optional[float] = None
 
     def _next_marked(self, *marks: str) -> tuple[str, dict[str, Any]]:
@@ -171,9 +171,7 @@ class EngineChild:
                 self.proc.wait(timeout=30)  # after finish(): the engine is shutting down by itself
             except subprocess.TimeoutExpired:
                 pass
-        stop_group(self.proc.pid, grace=GRACE_SECONDS if self.proc.poll() is None else 0)
-        self.proc.wait()
-        self.log.close()
+        self._resources.close()
 
 
 def run_interleaved(plan: BenchPlan, on_event: Event) -> list[EngineRun]:

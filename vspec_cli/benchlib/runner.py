@@ -11,7 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,25 +180,18 @@ def _mean_logprobs(outputs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _run_child(request_file: Path, result_file: Path, log_file: Path, on_event: Event) -> int:
-    from vspec_cli.process import GRACE_SECONDS, stop_group
+    from vspec_cli.engine_child import engine_child
 
-    command = [sys.executable, "-m", "vspec_cli.offline_run", "--progress", str(request_file), str(result_file)]
-    with log_file.open("w", encoding="utf-8") as log:
-        # A session of its own, so that clean-up reaches vLLM's engine-core and worker processes too.
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                start_new_session=True)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith(PROGRESS_MARK):
-                    on_event("stage", **json.loads(line[len(PROGRESS_MARK):]))
-                else:
-                    log.write(line)
-            return proc.wait()
-        finally:
-            # Ctrl-C or an error here: do not leave an engine behind; after a normal exit, sweep stragglers.
-            stop_group(proc.pid, grace=GRACE_SECONDS if proc.poll() is None else 0)
-            proc.wait()
+    with log_file.open("w", encoding="utf-8") as log, engine_child(
+            ["--progress", str(request_file), str(result_file)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(PROGRESS_MARK):
+                on_event("stage", **json.loads(line[len(PROGRESS_MARK):]))
+            else:
+                log.write(line)
+        return proc.wait()
 
 
 _EXCEPTION_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")

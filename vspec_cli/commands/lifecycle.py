@@ -4,17 +4,15 @@ Each command plans its change (lifecycle.plan_*), executes it (lifecycle.execute
 the state file, the restore on failure) and renders the outcome here.
 """
 
-from __future__ import annotations
-
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from vspec_cli import _output
 from vspec_cli._options import DryRunOpt, JsonOpt, YesOpt
-from vspec_cli.lifecycle import Outcome, execute, plan_install, plan_rollback, plan_uninstall, plan_upgrade
+from vspec_cli.lifecycle import Outcome, Plan, execute, plan_install, plan_rollback, plan_uninstall, plan_upgrade
 
 NoDepsOpt = Annotated[bool, typer.Option("--no-deps", help="Install only vspec; its dependencies are already present.")]
 NoCheckOpt = Annotated[bool, typer.Option("--no-check", help="Skip the `vspec doctor` run after the change.")]
@@ -63,30 +61,41 @@ def install(
     _run(lambda: plan_install(editable, wheel, version, extra, enable, no_deps, not no_check), dry_run, yes, json_out)
 
 
-def upgrade(
-    version: Annotated[Optional[str], typer.Option("--version", help="Target version from the package index.", show_default=False)] = None,
-    wheel: WheelOpt = None,
-    no_deps: NoDepsOpt = False,
-    no_check: NoCheckOpt = False,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Move to a newer vspec (no pip cache), check it with `vspec doctor`; on failure the old one comes back."""
-    _run(lambda: plan_upgrade(version, wheel, no_deps, not no_check), dry_run, yes, json_out)
+def _reinstall_command(name: str, version_option: Any, plan: Callable[..., Plan], doc: str) -> Callable[..., None]:
+    """`upgrade` and `rollback`: one version option of their own, then the same options in the same order.
+
+    The version option is passed in as an ``Annotated`` alias; the annotations of ``command`` are
+    evaluated here (this module does not postpone them), so Typer sees each command's own option.
+    """
+
+    def command(
+        version: version_option = None,
+        wheel: WheelOpt = None,
+        no_deps: NoDepsOpt = False,
+        no_check: NoCheckOpt = False,
+        dry_run: DryRunOpt = False,
+        yes: YesOpt = False,
+        json_out: JsonOpt = False,
+    ) -> None:
+        _run(lambda: plan(version, wheel, no_deps, not no_check), dry_run, yes, json_out)
+
+    command.__name__ = command.__qualname__ = name
+    command.__doc__ = doc
+    return command
 
 
-def rollback(
-    to: Annotated[Optional[str], typer.Option("--to", help="A recorded (or released) version.", show_default=False)] = None,
-    wheel: WheelOpt = None,
-    no_deps: NoDepsOpt = False,
-    no_check: NoCheckOpt = False,
-    dry_run: DryRunOpt = False,
-    yes: YesOpt = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Go back to the last recorded version (or --to V / --wheel FILE), reinstalled from where it came from."""
-    _run(lambda: plan_rollback(to, wheel, no_deps, not no_check), dry_run, yes, json_out)
+upgrade = _reinstall_command(
+    "upgrade",
+    Annotated[Optional[str], typer.Option("--version", help="Target version from the package index.", show_default=False)],
+    plan_upgrade,
+    "Move to a newer vspec (no pip cache), check it with `vspec doctor`; on failure the old one comes back.",
+)
+rollback = _reinstall_command(
+    "rollback",
+    Annotated[Optional[str], typer.Option("--to", help="A recorded (or released) version.", show_default=False)],
+    plan_rollback,
+    "Go back to the last recorded version (or --to V / --wheel FILE), reinstalled from where it came from.",
+)
 
 
 def uninstall(dry_run: DryRunOpt = False, yes: YesOpt = False, json_out: JsonOpt = False) -> None:

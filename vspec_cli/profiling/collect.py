@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -31,6 +29,7 @@ from vspec_runtime.spec import RuntimeSpec, SpecError, validate_spec
 CHARS_PER_TOKEN = 3  # a pessimistic guess for English and code; only used to keep within max_model_len
 CHAT_TEMPLATE_TOKENS = 64
 POLL_S = 0.5
+STOP_GRACE_S = 10  # seconds the engine gets to shut down (timeout, Ctrl-C) before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -282,7 +281,7 @@ def last_error_line(log_text: str) -> str:
 def run_collect(plan: CollectPlan, on_progress: Optional[Callable[[CollectProgress], None]] = None,
                 timeout_s: Optional[float] = None) -> dict[str, Any]:
     """Run the engine; returns offline_run's result plus ``elapsed_s``. Samples land in plan.samples_path."""
-    from vspec_cli.process import stop_group
+    from vspec_cli.engine_child import engine_child
 
     plan.profile_path.parent.mkdir(parents=True, exist_ok=True)
     plan.samples_path.unlink(missing_ok=True)  # the controller appends: start from an empty file
@@ -292,32 +291,23 @@ def run_collect(plan: CollectPlan, on_progress: Optional[Callable[[CollectProgre
     progress = CollectProgress()
     tail = _SampleTail(plan.samples_path)
     started = time.monotonic()
-    with open(plan.log_path, "w", encoding="utf-8") as log:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "vspec_cli.offline_run", str(request_file), str(result_file)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ),
-        )
-        try:
-            while True:
-                try:
-                    status = child.wait(timeout=POLL_S)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                progress.elapsed_s = time.monotonic() - started
-                _update(progress, tail.new_lines(), str(plan.samples_path))
-                if on_progress is not None:
-                    on_progress(progress)
-                if timeout_s is not None and progress.elapsed_s > timeout_s:
-                    stop_group(child.pid, grace=10)
-                    raise EngineRunError(f"the collect run took longer than {timeout_s:.0f} s and was stopped",
-                                         hint=f"see the engine log: {plan.log_path}")
-        except BaseException:
-            if child.poll() is None:
-                stop_group(child.pid, grace=10)  # Ctrl-C: take the engine and its workers down with us
-            raise
-        finally:
-            stop_group(child.pid, grace=0)  # workers that outlived the runner
+    # Leaving engine_child takes the engine and its workers down (Ctrl-C, the timeout below) and
+    # sweeps workers that outlived a finished runner.
+    with open(plan.log_path, "w", encoding="utf-8") as log, engine_child(
+            [str(request_file), str(result_file)], grace=STOP_GRACE_S, stdout=log, stderr=subprocess.STDOUT) as child:
+        while True:
+            try:
+                status = child.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            progress.elapsed_s = time.monotonic() - started
+            _update(progress, tail.new_lines(), str(plan.samples_path))
+            if on_progress is not None:
+                on_progress(progress)
+            if timeout_s is not None and progress.elapsed_s > timeout_s:
+                raise EngineRunError(f"the collect run took longer than {timeout_s:.0f} s and was stopped",
+                                     hint=f"see the engine log: {plan.log_path}")
     progress.elapsed_s = time.monotonic() - started
     _update(progress, tail.new_lines(), str(plan.samples_path))
     if on_progress is not None:

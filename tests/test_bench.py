@@ -40,7 +40,9 @@ def test_profile_policy_takes_an_existing_file(tmp_path):
 
 
 @pytest.mark.parametrize("text", ["bogus", "fixed", "fixed:0", "fixed:3-1", "fixed:x", "fixed:1-99", "table:",
-                                  "table:0=2", "table:a=b", "online:3", "profile:/no/such/file.json", ","])
+                                  "table:0=2", "table:a=b", "online:3", "profile:/no/such/file.json", ",",
+                                  "online:bogus=1", "online:policy=fixed", "online:per_request=true",
+                                  "per-request:trace=x.jsonl"])
 def test_bad_policy_strings_are_user_errors(text):
     with pytest.raises(UserInputError):
         parse_policies(text)
@@ -56,6 +58,25 @@ def test_each_policy_gets_its_own_spec(tmp_path):
     online_spec = policy_spec(BASE, online, trace=tmp_path / "t.jsonl")
     assert online_spec.gamma == 6 and online_spec.adaptive.policy == "online"
     assert online_spec.adaptive.hysteresis == 0.1 and online_spec.adaptive.trace == str(tmp_path / "t.jsonl")
+
+
+def test_online_settings_put_two_controllers_side_by_side():
+    """online:KEY=VALUE changes the adaptive settings of that policy only; the label says how."""
+    plain, variant, trimmed = parse_policies(
+        "online,online:batch_acceptance=false,hysteresis=0.2,per-request:online_window=8")
+    assert variant.label == "online:batch_acceptance=false,hysteresis=0.2"
+    assert plain.label == "online" and trimmed.label == "per-request:online_window=8"
+    plain_spec, variant_spec, trimmed_spec = (policy_spec(BASE, p) for p in (plain, variant, trimmed))
+    assert plain_spec.adaptive.batch_acceptance and plain_spec.adaptive.hysteresis == 0.1
+    assert not variant_spec.adaptive.batch_acceptance and variant_spec.adaptive.hysteresis == 0.2
+    assert variant_spec.adaptive.policy == "online"
+    assert trimmed_spec.adaptive.per_request and trimmed_spec.adaptive.online_window == 8
+
+
+def test_an_online_setting_the_spec_refuses_names_the_policy():
+    (policy,) = parse_policies("online:hysteresis=2")
+    with pytest.raises(UserInputError, match="online:hysteresis=2"):
+        policy_spec(BASE, policy)
 
 
 def test_a_table_beyond_the_max_k_is_refused():

@@ -66,18 +66,16 @@ ADAPTIVE = {"enabled": True, "policy": "online", "control_interval": 1, "min_gam
 # still be right when K comes back.
 # gamma0_mode "sync" lets K come back after 0 with model drafters (their cache kept current by
 # vLLM's K=0 pass); sticky K=0 (REPROBE below) skips the drafter while it holds.
+# Per-request draft lengths ride along: each request's draft is trimmed to what its own acceptance and
+# the measured step cost say pays, under K the sweep changes (one engine serves both checks).
 CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 0, 2], "control_interval": 2, "min_gamma": 0,
-              "gamma0_mode": "sync"}
+              "gamma0_mode": "sync", "per_request": True}
 # Sticky K=0 re-probed every 4 held steps while the batch runs on: the policy (0, 2, 0, 2, ...) brings K
 # back to requests whose drafter cache the skipped steps left behind.
 REPROBE = {"enabled": True, "policy": "sweep", "sweep_gammas": [0, 2], "control_interval": 1, "min_gamma": 0,
            "gamma0_reprobe_steps": 4}
-# Per-request draft lengths under a constant K=4: each request's draft trimmed to what its own
-# acceptance and the measured step cost say pays.
-PER_REQUEST = {"enabled": True, "policy": "fixed", "per_request": True}
-# Client caps through the OpenAI API's vllm_xargs (SamplingParams.extra_args): the batch phase's second
-# request opts out of speculation, the third allows one draft token.
-CAPPED = {"enabled": True, "policy": "fixed"}
+# Client caps through the OpenAI API's vllm_xargs (SamplingParams.extra_args), sent in the draft model's
+# changing-K batch phase: the second request opts out of speculation, the third allows one draft token.
 CAPS = [{}, {"extra_args": {"vspec_max_draft": 0}}, {"extra_args": {"vspec_max_draft": 1}}, {}]
 
 
@@ -100,11 +98,11 @@ def speculative_run(tiny_models, tmp_path_factory):
             drafter = {"ngram": None, "draft": str(tiny_models["llama-first-layer"]),
                        "eagle": str(tiny_models["llama-eagle"])}[method]
             adaptive = {"fixed": None, "changing-k": CHANGING_K, "reprobe": REPROBE,
-                        "online": ADAPTIVE, "per-request": PER_REQUEST, "capped": CAPPED}[mode]
+                        "online": ADAPTIVE}[mode]
             if adaptive:
                 adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"), samples=str(folder / "samples.jsonl"))
             result = generate(folder, spec(method, target, drafter, adaptive), target, drafter,
-                              batch_sampling=CAPS if mode == "capped" else None)
+                              batch_sampling=CAPS if (method, mode) == ("draft", "changing-k") else None)
             samples = folder / "samples.jsonl"
             result["samples"] = [json.loads(line) for line in samples.read_text().splitlines()] if samples.exists() else []
             cache[(method, mode)] = result
@@ -117,7 +115,6 @@ def speculative_run(tiny_models, tmp_path_factory):
     ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
     ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "reprobe"),
     ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
-    ("ngram", "per-request"), ("draft", "per-request"), ("eagle", "per-request"), ("draft", "capped"),
 ])
 def test_greedy_output_identical_to_target_only(speculative_run, target_only, method, mode):
     result = speculative_run(method, mode)
@@ -135,6 +132,8 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
         assert chosen == {0, 2}, f"K did not go to 0 and back inside the measured phases: {chosen}"
     if mode == "online":
         assert any(line["gamma"] > 0 for line in result["trace"]), "the controller never drafted"
+        # E[K] was read for the requests of the step (batch_acceptance): the scheduler passed their ids.
+        assert max(line["acceptance"]["batch_requests"] for line in result["trace"]) == len(PROMPTS)
         assert result["controller"]["steps"] > 0
         assert sum(result["controller"]["selections"].values()) == result["controller"]["steps"]
 
@@ -172,7 +171,7 @@ def test_reprobe_brings_k_back_without_drafting_from_a_stale_cache(speculative_r
 def test_per_request_lengths_saw_every_draft_and_reported_them(speculative_run, method):
     """The allocator ran on the drafts of the measured phases (outputs equal target-only above), and
     what it kept is what vLLM verified."""
-    result = speculative_run(method, "per-request")
+    result = speculative_run(method, "changing-k")
     summary = result["controller"]["per_request"]
     assert summary["offered_drafts"] > 0, "the allocator never saw a draft: the equality would prove nothing"
     verified = result["counters"]["vllm:spec_decode_num_draft_tokens"]
@@ -183,7 +182,7 @@ def test_per_request_lengths_saw_every_draft_and_reported_them(speculative_run, 
 def test_client_caps_limit_drafts_per_request(speculative_run):
     """vllm_xargs {"vspec_max_draft": 0} gets a request no drafts at all; 1 gets at most one per step.
     Request ids are "<counter>-<random>", in submission order: the batch phase's four are consecutive."""
-    result = speculative_run("draft", "capped")
+    result = speculative_run("draft", "changing-k")
     batch_steps = [line for line in result["samples"] if line["batch_size"] == len(PROMPTS)]
     drafted: dict[int, list[int]] = {}
     for line in batch_steps:

@@ -5,7 +5,10 @@ from the same distribution as without them. vLLM 0.32's CPU build broke that (it
 the per-draft-position temperature unwritten; vspec_runtime/patches/cpu_expand_kernel.py), and
 greedy rows batched with sampled ones took their argmax from the same garbage. These tests run each
 drafting method under vspec's adaptive scheduler with K changing (a sweep over 2, 0 and 4: K=0 steps
-take the K=0 fast path, the plain sampler), against a target-only engine, on a sharpened tiny target whose next-token distribution is
+take the K=0 fast path, the plain sampler), against a target-only engine; the n-gram engine also
+trims each request's draft (per-request draft lengths, and every third sampled request capped at one
+draft token by its client; the model drafters keep whole drafts, or the first-layer drafter, often
+wrong, would be trimmed to almost nothing and verification would have little to choose), on a sharpened tiny target whose next-token distribution is
 concentrated enough for a few hundred seeds to tell distributions apart, and on SmolLM2 once.
 
 False alarms (see tests/sampling_stats.py): each chi-square test fails at p < ALPHA = 1e-4, and the
@@ -43,18 +46,21 @@ def engine_spec(method: str, target: str, drafter: str | None, trace: str | None
     adaptive = {"enabled": False}
     if method != "none":
         # K changing, through 0 (the K=0 fast path) and back: the sweep cycles 2, 0, 4 every 2 steps
-        # ("sync": a model drafter's K=0 is not held until the batch drains).
+        # ("sync": a model drafter's K=0 is not held until the batch drains). Per-request lengths trim
+        # n-gram drafts per request: a shorter draft must leave the distribution as it is.
         adaptive = {"enabled": True, "policy": "sweep", "sweep_gammas": [2, 0, 4], "control_interval": 2,
-                    "min_gamma": 0, "gamma0_mode": "sync", "trace": trace}
+                    "min_gamma": 0, "gamma0_mode": "sync", "per_request": method == "ngram", "trace": trace}
     return {"method": method, "target_model": target, "drafter": drafter, "gamma": 4, "adaptive": adaptive,
             "serving": {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3,
                         "max_num_seqs": max_num_seqs, "device": "cpu"}}
 
 
 def sampled_phase(prompts: list[str], seeds_per_prompt: int, first_seed: int, max_tokens: int) -> dict:
-    """Every prompt ``seeds_per_prompt`` times, each with its own seed (disjoint between engines)."""
+    """Every prompt ``seeds_per_prompt`` times, each with its own seed (disjoint between engines).
+    Every third request carries a client cap of one draft token (ignored without speculation)."""
     repeated = [prompt for prompt in prompts for _ in range(seeds_per_prompt)]
-    sampling = [{"temperature": TEMPERATURE, "top_p": TOP_P, "seed": first_seed + i} for i in range(len(repeated))]
+    sampling = [{"temperature": TEMPERATURE, "top_p": TOP_P, "seed": first_seed + i,
+                 **({"extra_args": {"vspec_max_draft": 1}} if i % 3 == 2 else {})} for i in range(len(repeated))]
     return {"name": "sampled", "prompts": repeated, "sampling": sampling, "logprobs": True,
             "max_tokens": max_tokens, "ignore_eos": True}
 
@@ -130,6 +136,10 @@ def test_sampled_outputs_follow_the_target_distribution(peaked_runs, peaked_targ
     assert counters["vllm:spec_decode_num_drafts"] > 0, "nothing was drafted: the test would prove nothing"
     assert {int(k) for k in sampled["selections"]} - {0}, "K was 0 throughout the sampled phase"
     assert len({line["gamma"] for line in result["trace"]}) > 1, "K never changed"
+    if method == "ngram":
+        trimmed = result["controller"]["per_request"]
+        assert 0 < trimmed["kept_drafts"] < trimmed["offered_drafts"], f"no draft was trimmed: {trimmed}"
+        assert counters["vllm:spec_decode_num_accepted_tokens"] > 0, "no kept draft was accepted"
     problems = distribution_problems(sampled["outputs"], phase(peaked_target_only, "sampled")["outputs"])
     assert not problems, f"{method}: sampled outputs under speculation differ from target-only: {problems}"
 

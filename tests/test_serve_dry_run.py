@@ -121,6 +121,15 @@ def test_device_sets_the_visible_devices_variable(capsys):
     assert plan(capsys, "draft", "--device", "0,1")["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
 
 
+def test_the_cpu_build_starts_without_its_broken_aot_cache(capsys, monkeypatch):
+    """This machine runs vLLM's CPU wheel: its AOT compile cache cannot be loaded again, so vspec turns
+    it off for the engine (a start compiles once, not twice), unless the user chose a value."""
+    monkeypatch.delenv("VLLM_USE_AOT_COMPILE", raising=False)
+    assert plan(capsys, "demo")["env"]["VLLM_USE_AOT_COMPILE"] == "0"
+    monkeypatch.setenv("VLLM_USE_AOT_COMPILE", "1")
+    assert "VLLM_USE_AOT_COMPILE" not in plan(capsys, "demo")["env"]  # the user's own value stays in force
+
+
 def test_human_dry_run_prints_environment_and_a_shell_command(capsys):
     result = run_cli(capsys, "serve", "demo", "--dry-run")
     assert result.exit_code == 0

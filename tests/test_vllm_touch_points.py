@@ -18,7 +18,7 @@ import pytest
 
 from cli_helpers import run_cli
 from test_doctor import build_standin_vllm, run_doctor_in
-from vspec_cli.commands import doctor
+from vspec_cli import doctor_checks
 from vspec_runtime import patches, vllm_adapter, vllm_surface
 from vspec_runtime.controller import ObservedStep
 from vspec_runtime.vllm_surface import SURFACE
@@ -51,14 +51,14 @@ def standin_importer(root: Path):
     return import_module
 
 
-def _failed_symbols(report: doctor.Report) -> list[str]:
+def _failed_symbols(report: doctor_checks.Report) -> list[str]:
     return [c.name for c in report.checks if c.status == "fail" and c.kind == "vllm-symbol"]
 
 
 @pytest.mark.parametrize("sym", ADAPTIVE_MEMBERS, ids=[s.name for s in ADAPTIVE_MEMBERS])
 def test_renaming_any_adaptive_member_fails_doctor_naming_it(tmp_path, sym):
     root = build_standin_vllm(tmp_path / "standin", hidden=sym.name)
-    report = doctor.run_doctor(adaptive=True, import_module=standin_importer(root), plugin_probe=False)
+    report = doctor_checks.run_doctor(adaptive=True, import_module=standin_importer(root), plugin_probe=False)
     assert report.failed
     assert _failed_symbols(report) == [sym.name]
 
@@ -78,8 +78,8 @@ def test_the_doctor_command_fails_on_a_renamed_scheduler_member(tmp_path):
 def test_an_extension_fails_when_one_of_its_symbols_is_gone(tmp_path):
     hidden = "vllm.utils.cpu_triton_utils._expand_kernel_impl"
     root = build_standin_vllm(tmp_path / "standin", hidden=hidden)
-    method, adaptive, extensions = doctor.preset_scope("demo")
-    report = doctor.run_doctor(method, adaptive, import_module=standin_importer(root), plugin_probe=False,
+    method, adaptive, extensions = doctor_checks.preset_scope("demo")
+    report = doctor_checks.run_doctor(method, adaptive, import_module=standin_importer(root), plugin_probe=False,
                                extensions=extensions)
     checks = {c.name: c for c in report.checks if c.kind == "extension"}
     assert checks["extension cpu-expand-kernel"].status == "fail"
@@ -264,14 +264,18 @@ def test_the_adapter_builds_the_same_observed_step_as_before(wants_context):
         before = _observed_step_as_before(scheduler_output, runner_output, 1.0, 1.5, requests, wants_context)
         after = vllm_adapter.observed_step(scheduler_output, runner_output, scheduled_at=1.0, completed_at=1.5,
                                            requests=requests if wants_context else None)
-        # Added since: which request each (drafted, accepted) pair belongs to, and who finished.
-        assert dataclasses.replace(after, request_ids=(), finished=()) == before, label
+        # Added since: which request each (drafted, accepted) pair belongs to, every request of the
+        # step, and who finished.
+        assert dataclasses.replace(after, request_ids=(), batch_ids=(), finished=()) == before, label
         assert len(after.request_ids) == len(after.drafted), label
         assert set(after.request_ids) <= set(scheduler_output.scheduled_spec_decode_tokens), label
+        assert after.batch_ids == tuple(scheduler_output.num_scheduled_tokens), label
+        assert len(after.batch_ids) == after.batch_size and set(after.request_ids) <= set(after.batch_ids), label
     step = vllm_adapter.observed_step(*next(_cases())[1:3], scheduled_at=1.0, completed_at=1.5,
                                       requests=next(_cases())[3])
     assert step == ObservedStep(drafted=(3, 2), accepted=(2, 0), batch_size=2, pure_decode=True, scheduled_at=1.0,
-                                completed_at=1.5, batched_tokens=7, context_tokens=65, request_ids=("a", "b"))
+                                completed_at=1.5, batched_tokens=7, context_tokens=65, request_ids=("a", "b"),
+                                batch_ids=("a", "b"))
 
 
 def test_confidence_cuts_count_only_decoding_requests_cut_below_k():

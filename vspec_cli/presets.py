@@ -9,9 +9,10 @@ Schema (unknown keys are errors; every key is optional in a --config file):
     gamma = 6                         # maximum K (vLLM's num_speculative_tokens)
     ngram_min = 1 ; ngram_max = 4     # ngram only
     [adaptive]  enabled, policy, profile, min_gamma, max_gamma_step, control_interval, hysteresis,
-                online_window, online_exploration, model_guided, gamma0_mode, fixed_gamma,
-                table (batch size -> K), trace, seed, entropy_stop, entropy_topk,
-                entropy_threshold, entropy_scale
+                online_window, online_exploration, model_guided, batch_acceptance, gamma0_mode,
+                gamma0_reprobe_steps, fixed_gamma, table (batch size -> K), trace, samples,
+                sweep_gammas, seed, per_request, entropy_stop, entropy_topk, entropy_threshold,
+                entropy_scale
     [relaxed]   margin, topk, from_position, after_tokens, protected_token_ids
     [serving]   host, port, device, max_num_seqs, max_model_len, max_num_batched_tokens, dtype,
                 gpu_memory_utilization, served_model_name, extra_args

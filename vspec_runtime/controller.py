@@ -43,6 +43,7 @@ class ObservedStep:
     context_tokens: int = 0
     batched_tokens: int = 0
     request_ids: tuple[str, ...] = ()  # aligned with drafted / accepted
+    batch_ids: tuple[str, ...] = ()  # every request in the step, drafting or not
     finished: tuple[str, ...] = ()  # requests that finished since the previous step
 
 
@@ -222,6 +223,8 @@ class AdaptiveController:
             stable=stable,
             context_tokens=step.context_tokens,
             batched_tokens=step.batched_tokens,
+            request_ids=step.request_ids,
+            batch_ids=step.batch_ids,
         )
         self._drafted_with = self.current_gamma
         if self._samples is not None and step.batch_size > 0:

@@ -46,6 +46,8 @@ class AdaptiveSettings(_Strict):
                                       description="UCB exploration weight (c) of the online policy.")
     model_guided: bool = Field(True, description="Online policy: predict unmeasured K from the acceptance "
                                                  "model and skip hopeless ones.")
+    batch_acceptance: bool = Field(True, description="Online policy: expect from the requests in the batch "
+                                                     "what they accepted, not what recent requests did.")
     gamma0_mode: Literal["sticky", "sync"] = Field(
         "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
     gamma0_reprobe_steps: int = Field(

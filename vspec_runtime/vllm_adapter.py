@@ -66,6 +66,7 @@ def observed_step(
         drafted=drafted,
         accepted=accepted,
         request_ids=request_ids,
+        batch_ids=tuple(num_scheduled),
         finished=tuple(scheduler_output.finished_req_ids or ()),
         batch_size=len(num_scheduled),
         pure_decode=pure_decode(scheduler_output, spec_tokens, num_scheduled),

@@ -10,6 +10,10 @@
 ``per-request``      the online controller choosing the most any request drafts, and per-request draft
                      lengths (adaptive.per_request) trimming each request's draft to where it pays
 ``profile:PATH``     the profile controller with that profile JSON
+``online:KEY=VALUE,...``  (also ``per-request:...``) the online controller with adaptive settings
+                     changed, to put two settings side by side in one run, e.g.
+                     ``online,online:batch_acceptance=false`` or ``online:hysteresis=0.1,online_window=16``;
+                     KEY is a field of the spec's [adaptive] section, VALUE as in a config file
 
 Adaptive policies keep the base spec's gamma (max K) and its other adaptive settings.
 """
@@ -25,8 +29,12 @@ from vspec_cli._errors import UserInputError
 from vspec_runtime.spec import MAX_GAMMA, RuntimeSpec, SpecError, validate_spec
 
 POLICY_SYNTAX = ("target-only, fixed:K, fixed:K1-K2, vllm-fixed:K, table:B=K[,B=K...], online, per-request, "
-                 "profile:PATH")
+                 "online:KEY=VALUE[,KEY=VALUE...], profile:PATH")
 _TABLE_ENTRY = re.compile(r"^\s*(\d+)\s*=\s*(\d+)\s*$")
+_SETTING_ENTRY = re.compile(r"^\s*([a-z_]+)\s*=\s*(.+?)\s*$")
+# What the bench itself sets for every policy: not open to online:KEY=VALUE.
+_BENCH_OWNED_SETTINGS = frozenset({"enabled", "policy", "profile", "table", "fixed_gamma", "sweep_gammas", "trace",
+                                   "samples", "per_request"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class BenchPolicy:
     table: dict[int, int] = field(default_factory=dict)  # table:...
     profile: Optional[str] = None  # profile:PATH
     per_request: bool = False  # per-request draft lengths under the policy's K
+    settings: tuple[tuple[str, Any], ...] = ()  # online:KEY=VALUE: adaptive settings changed for this policy
 
     @property
     def adaptive(self) -> bool:
@@ -57,7 +66,7 @@ def parse_policies(text: str) -> list[BenchPolicy]:
     for item in items:
         if not item:
             continue
-        if _TABLE_ENTRY.match(item) and grouped and grouped[-1].startswith("table:"):
+        if _continues(item, grouped[-1] if grouped else ""):
             grouped[-1] += "," + item
         else:
             grouped.append(item)
@@ -70,6 +79,15 @@ def parse_policies(text: str) -> list[BenchPolicy]:
     return list(policies.values())
 
 
+def _continues(item: str, previous: str) -> bool:
+    """Whether ``item`` is one more entry of the table or settings list before it."""
+    if previous.startswith("table:"):
+        return bool(_TABLE_ENTRY.match(item))
+    if previous.startswith(("online:", "per-request:")):
+        return bool(_SETTING_ENTRY.match(item)) and ":" not in item.partition("=")[0]
+    return False
+
+
 def _parse_one(item: str) -> list[BenchPolicy]:
     name, _, arg = item.partition(":")
     name = name.strip().lower()
@@ -77,6 +95,11 @@ def _parse_one(item: str) -> list[BenchPolicy]:
         return [BenchPolicy(name, name)]
     if name == "per-request" and not arg:
         return [BenchPolicy(name, "online", per_request=True)]
+    if name in ("online", "per-request"):
+        settings = _parse_settings(arg, item)
+        label = name + ":" + ",".join(f"{key}={text}" for key, text, _ in settings)
+        return [BenchPolicy(label, "online", per_request=name == "per-request",
+                            settings=tuple((key, value) for key, _, value in settings))]
     if name in ("fixed", "vllm-fixed") and arg:
         return [BenchPolicy(f"{name}:{k}", name, gamma=k) for k in _fixed_range(arg, item)]
     if name == "table" and arg:
@@ -90,6 +113,27 @@ def _parse_one(item: str) -> list[BenchPolicy]:
                                  hint="`vspec profile collect` then `vspec fit` make one")
         return [BenchPolicy(item, "profile", profile=str(path.resolve()))]
     raise UserInputError(f"unknown policy '{item}'; use {POLICY_SYNTAX}")
+
+
+def _parse_settings(arg: str, item: str) -> list[tuple[str, str, Any]]:
+    """'batch_acceptance=false,hysteresis=0.1' -> [(key, text as written, value)], checked by the spec."""
+    from vspec_cli.spec_flags import all_spec_fields, parse_set_value
+
+    fields = all_spec_fields()
+    settings = []
+    for entry in arg.split(","):
+        match = _SETTING_ENTRY.match(entry)
+        if not match:
+            raise UserInputError(f"policy '{item}': settings look like KEY=VALUE, e.g. online:hysteresis=0.1")
+        key, text = match.groups()
+        field = fields.get(f"adaptive.{key}")
+        if field is None or key in _BENCH_OWNED_SETTINGS:
+            open_keys = sorted(k.split(".", 1)[1] for k in fields
+                               if k.startswith("adaptive.") and k.split(".", 1)[1] not in _BENCH_OWNED_SETTINGS)
+            raise UserInputError(f"policy '{item}': '{key}' is not an adaptive setting the bench leaves open",
+                                 hint="one of " + ", ".join(open_keys))
+        settings.append((key, text, parse_set_value(field, text)))
+    return settings
 
 
 def _fixed_range(arg: str, item: str) -> list[int]:
@@ -133,6 +177,7 @@ def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = 
         data["gamma"] = policy.gamma
         adaptive["min_gamma"] = min(adaptive["min_gamma"], policy.gamma)
     elif policy.adaptive:
+        adaptive.update(policy.settings)
         adaptive["policy"] = policy.kind
         adaptive["trace"] = str(trace) if trace else None
         if policy.kind == "table":

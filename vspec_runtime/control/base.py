@@ -43,6 +43,8 @@ class StepFeedback:
     stable: bool  # pure decode step: nobody admitted, every request verified K+1 tokens
     context_tokens: int = 0  # total context length over the batch (for latency models)
     batched_tokens: int = 0  # tokens the target verified this step
+    request_ids: tuple[str, ...] = ()  # the requests of ``drafted`` / ``accepted``, in order (if known)
+    batch_ids: tuple[str, ...] = ()  # every request in the step, drafting or not (if known)
 
     @property
     def committed_tokens(self) -> int:

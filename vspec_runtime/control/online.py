@@ -19,7 +19,10 @@ Two ways to estimate an arm (``model_guided``):
   prior slope), i.e. reward(t) = reward(a) * (E[t]/E[a]) / cost_ratio(t, a). Warm-up visits only
   arms whose *optimistic* prediction beats the best measured arm, so it does not walk through every
   K when acceptance is obviously high or obviously useless, and an arm that becomes promising later
-  (the acceptance model moved) is explored then.
+  (the acceptance model moved) is explored then. E[K] is read for the requests in the batch
+  (``batch_acceptance``, default): each request's own acceptance, shrunk toward the pooled rates,
+  so a draining batch whose slow requests are left gets their E[K], not that of the fast ones
+  that finished (``batch_acceptance.py``).
 
 Beyond the reference, three rules keep the estimates honest at little cost:
 
@@ -61,6 +64,7 @@ from typing import Any
 
 from vspec_runtime.control.acceptance import AcceptanceStats
 from vspec_runtime.control.base import Policy, StepFeedback, Target
+from vspec_runtime.control.batch_acceptance import BatchAcceptance
 from vspec_runtime.control.bucket_state import BucketState, bucket_summary
 from vspec_runtime.control.online_config import OnlineConfig
 from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
@@ -86,6 +90,7 @@ class OnlinePolicy(Policy):
             memory_requests=config.acceptance_memory_requests,
             stale_half_life_steps=config.acceptance_stale_half_life_steps,
         )
+        self.batch_acceptance = BatchAcceptance(self.acceptance.max_positions) if config.batch_acceptance else None
         self._buckets: dict[int, BucketState] = {}
         self._rng = random.Random(config.seed)
         self._steps = 0
@@ -100,6 +105,8 @@ class OnlinePolicy(Policy):
         drafted, accepted = feedback.acceptance_trials()
         if drafted:
             self.acceptance.update(drafted, accepted)
+        if self.batch_acceptance is not None:
+            self.batch_acceptance.observe(feedback)
         if not feedback.is_cost_sample(self.config.max_gamma):
             return
         bucket = self._bucket(feedback.batch_size)
@@ -133,8 +140,16 @@ class OnlinePolicy(Policy):
             "model_guided": self.config.model_guided,
             "steps": self._steps,
             "buckets": {str(key): bucket_summary(bucket) for key, bucket in sorted(self._buckets.items())},
-            "acceptance": self.acceptance.summary(),
+            "acceptance": self._acceptance_summary(),
         }
+
+    def _acceptance_summary(self) -> dict[str, Any]:
+        summary = self.acceptance.summary()
+        if self.batch_acceptance is not None:
+            # What the decisions read: E[K] of the requests in the latest step.
+            summary["batch_requests"] = len(self.batch_acceptance.batch)
+            summary["batch_expected_committed"] = [round(value, 4) for value in self.expected_committed_curve()]
+        return summary
 
     # -- introspection (tests, benchmarks, docs) -------------------------------------------------
 
@@ -197,7 +212,7 @@ class OnlinePolicy(Policy):
     def _guided_target(
         self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
     ) -> tuple[int, str]:
-        expected = self.acceptance.expected_committed_curve()
+        expected = self.expected_committed_curve()
         estimates = {gamma: expected[gamma] / arm.ms_per_request_step for gamma, arm in measured.items()}
         best_estimate = max(estimates.values())
         margins = bucket.noise_margins(self.config.noise_z)
@@ -219,6 +234,13 @@ class OnlinePolicy(Policy):
             bucket.exploring = True
             return self._argmax(contenders, current), "explore"
         return self._exploit(bucket, measured, estimates, current)
+
+    def expected_committed_curve(self) -> list[float]:
+        """E[K] for K = 0..max: of the requests in the batch (their own acceptance), or pooled."""
+        pooled = self.acceptance.expected_committed_curve()
+        if self.batch_acceptance is None:
+            return pooled
+        return self.batch_acceptance.expected_committed_curve(self.acceptance.rates(), pooled)
 
     def _unsure_contenders(
         self,

@@ -41,6 +41,9 @@ class OnlineConfig:
     patience_decisions: int = 8
     acceptance_memory_requests: float = 32.0  # horizon of the acceptance model, in drafting requests
     acceptance_stale_half_life_steps: float = 64.0  # how fast undrafted positions fall back to the prior
+    # Model guidance reads E[K] of the requests in the batch (their own acceptance, shrunk toward the
+    # pooled rates) instead of the pooled E[K] of recent requests: batch_acceptance.py says why.
+    batch_acceptance: bool = True
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -66,6 +69,7 @@ class OnlineConfig:
             window=adaptive.online_window,
             exploration=adaptive.online_exploration,
             model_guided=adaptive.model_guided,
+            batch_acceptance=adaptive.batch_acceptance,
             seed=adaptive.seed,
         )
 

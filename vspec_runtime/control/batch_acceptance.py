@@ -1,0 +1,62 @@
+"""What the requests of the running batch are expected to commit per step, from their own acceptance.
+
+The pooled acceptance model (``acceptance.py``) answers "what does a request commit at budget K" for
+recent requests as a whole. A batch is not an average of recent requests. When a closed batch drains,
+the requests left are the ones that accept least (they need the most steps), and the pooled model,
+filled by the fast requests that finished, keeps K high for them. Measured on the demo's code prompts
+at batch 8 (docs/benchmarks.md, "Where online lost on code@8"): every fixed K spent about the same
+5.0 s in the batch-8 steps, and the cell was decided by the draining tail, 0.8 s at K=1 against
+1.5-1.9 s for online sitting at K 4-6.
+
+So the online policy's E[K] is the mean over the requests of the latest step of each request's own
+curve, E_r[K] = 1 + sum_{i<=K} s_r(i), where s_r(i) is the request's survival to draft i from its
+decayed per-position rates shrunk toward the pooled rates (``RequestAcceptance``, shared with
+per-request draft lengths). A request with no history yet (just admitted) gets the pooled curve, so a
+batch of new requests reads exactly as before. Trials are budget trials, as in the pooled model: on
+a stable step every request of the batch had K positions, and one the drafter left empty failed at
+the first.
+
+Memory: one record per recently seen request (least recently seen dropped past ``max_requests``),
+positions each. Work: batch x K per decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vspec_runtime.control.base import StepFeedback
+from vspec_runtime.control.per_request import RequestAcceptance
+
+
+class BatchAcceptance:
+    """Per-request acceptance of the requests in the latest step, read as one E[K] curve."""
+
+    def __init__(self, max_positions: int, *, max_requests: int = 4096) -> None:
+        self.requests = RequestAcceptance(max(1, max_positions), max_requests=max_requests)
+        self.batch: tuple[str, ...] = ()  # the latest step's requests: the best guess of the next batch
+
+    def observe(self, feedback: StepFeedback) -> None:
+        self.batch = feedback.batch_ids
+        if not feedback.batch_ids:
+            return
+        made = dict(zip(feedback.request_ids, zip(feedback.drafted, feedback.accepted)))
+        budget = feedback.gamma if feedback.stable and feedback.gamma > 0 else 0
+        for request_id in feedback.batch_ids:
+            drafted, accepted = made.get(request_id, (0, 0))
+            if budget:
+                drafted, accepted = budget, min(accepted, budget)
+            self.requests.observe(request_id, drafted, accepted)
+
+    def expected_committed_curve(self, pooled_rates: Sequence[float], pooled_curve: Sequence[float]) -> list[float]:
+        """E[K] for K = 0..len(pooled_curve)-1, averaged over the batch; the pooled curve without one."""
+        if not self.batch:
+            return list(pooled_curve)
+        depth = len(pooled_curve) - 1
+        totals = [0.0] * (depth + 1)
+        for request_id in self.batch:
+            committed = 1.0
+            totals[0] += committed
+            for k, alive in enumerate(self.requests.survival(request_id, pooled_rates, depth), start=1):
+                committed += alive
+                totals[k] += committed
+        return [total / len(self.batch) for total in totals]

@@ -15,5 +15,5 @@ drafter="$("$python_bin" benchmarks/useless_drafter.py)"
 exec "$vspec_bin" bench --preset demo --method draft --drafter "$drafter" \
   --policies target-only,table:1=0,online \
   --workload chat --batch 1,8 \
-  --max-tokens 64 --rounds 3 --repeats 1 \
+  --max-tokens 64 --rounds 4 --repeats 1 \
   --out "$out" "$@"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -136,6 +137,12 @@ def test_demo_server_answers_chat_and_speculates(demo_server):
     assert lines and {"step", "batch_size", "gamma", "reason", "reward", "acceptance"} <= set(lines[0])
 
 
+def readme_question() -> str:
+    """The question the README's curl asks, as written there."""
+    readme = (REPO / "README.md").read_text()
+    return re.search(r'"role": "user", "content": "([^"]+)"', readme).group(1)
+
+
 def test_readme_curl_gets_a_sensible_sampled_answer(demo_server):
     """The README's request as written: no temperature, so vLLM samples at the demo model's defaults
     (temperature 0.2, top_p 0.9 in its generation_config.json; tests/test_demo_model.py checks that vLLM
@@ -158,7 +165,7 @@ def test_readme_curl_gets_a_sensible_sampled_answer(demo_server):
     before = drafted()
     per_token = []
     copy = "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."
-    for question in ["What is the capital of France?", copy] * 2:
+    for question in [readme_question(), copy] * 2:
         reply = client.chat.completions.create(
             model="demo", messages=[{"role": "user", "content": question}], logprobs=True, max_tokens=64)
         logprobs = [entry.logprob for entry in reply.choices[0].logprobs.content]

@@ -66,14 +66,17 @@ ADAPTIVE = {"enabled": True, "policy": "online", "control_interval": 1, "min_gam
 # still be right when K comes back.
 # gamma0_mode "sync" lets K come back after 0 with model drafters (their cache kept current by
 # vLLM's K=0 pass); sticky K=0 (REPROBE below) skips the drafter while it holds.
-# Per-request draft lengths ride along: each request's draft is trimmed to what its own acceptance and
-# the measured step cost say pays, under K the sweep changes (one engine serves both checks).
+# Per-request draft lengths ride along for ngram and eagle: each request's draft is trimmed to what its
+# own acceptance and the measured step cost say pays, under K the sweep changes (one engine serves both
+# checks). Not for the draft model: trimmed, its often-wrong drafts were cut to probes that were all
+# rejected, and its partial-acceptance check below would prove nothing; it has an engine of its own.
 CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 0, 2], "control_interval": 2, "min_gamma": 0,
               "gamma0_mode": "sync", "per_request": True}
 # Sticky K=0 re-probed every 4 held steps while the batch runs on: the policy (0, 2, 0, 2, ...) brings K
 # back to requests whose drafter cache the skipped steps left behind.
 REPROBE = {"enabled": True, "policy": "sweep", "sweep_gammas": [0, 2], "control_interval": 1, "min_gamma": 0,
            "gamma0_reprobe_steps": 4}
+PER_REQUEST = {"enabled": True, "policy": "fixed", "per_request": True}
 # Client caps through the OpenAI API's vllm_xargs (SamplingParams.extra_args), sent in the draft model's
 # changing-K batch phase: the second request opts out of speculation, the third allows one draft token.
 CAPS = [{}, {"extra_args": {"vspec_max_draft": 0}}, {"extra_args": {"vspec_max_draft": 1}}, {}]
@@ -98,7 +101,9 @@ def speculative_run(tiny_models, tmp_path_factory):
             drafter = {"ngram": None, "draft": str(tiny_models["llama-first-layer"]),
                        "eagle": str(tiny_models["llama-eagle"])}[method]
             adaptive = {"fixed": None, "changing-k": CHANGING_K, "reprobe": REPROBE,
-                        "online": ADAPTIVE}[mode]
+                        "online": ADAPTIVE, "per-request": PER_REQUEST}[mode]
+            if (method, mode) == ("draft", "changing-k"):
+                adaptive = dict(adaptive, per_request=False)
             if adaptive:
                 adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"), samples=str(folder / "samples.jsonl"))
             result = generate(folder, spec(method, target, drafter, adaptive), target, drafter,
@@ -115,6 +120,7 @@ def speculative_run(tiny_models, tmp_path_factory):
     ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
     ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "reprobe"),
     ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
+    ("draft", "per-request"),
 ])
 def test_greedy_output_identical_to_target_only(speculative_run, target_only, method, mode):
     result = speculative_run(method, mode)
@@ -171,7 +177,7 @@ def test_reprobe_brings_k_back_without_drafting_from_a_stale_cache(speculative_r
 def test_per_request_lengths_saw_every_draft_and_reported_them(speculative_run, method):
     """The allocator ran on the drafts of the measured phases (outputs equal target-only above), and
     what it kept is what vLLM verified."""
-    result = speculative_run(method, "changing-k")
+    result = speculative_run(method, "per-request" if method == "draft" else "changing-k")
     summary = result["controller"]["per_request"]
     assert summary["offered_drafts"] > 0, "the allocator never saw a draft: the equality would prove nothing"
     verified = result["counters"]["vllm:spec_decode_num_draft_tokens"]

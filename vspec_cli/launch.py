@@ -95,8 +95,8 @@ def cpu_build_environment() -> dict[str, str]:
     VLLM_USE_AOT_COMPILE=0: vLLM 0.32 on CPU saves its ahead-of-time compiled model but cannot load
     it again ("'function' object has no attribute 'finalize_loading'"), so every start compiled the
     model twice over: a failed load, a compile, a save. Without AOT the ordinary torch.compile cache
-    serves the second start (measured on the demo: engine ready in 74 s instead of 109 s). Same
-    compiled graph, same outputs.
+    serves the second start (demo bench engines ready in 58 s instead of 90-109 s). Same compiled
+    graph, same outputs.
     """
     from vspec_runtime.vllm_entry import vllm_metadata_present
 

@@ -207,3 +207,15 @@ def test_the_engine_kwargs_turn_async_scheduling_off_for_adaptive_k():
     fixed = validate_spec({"method": "ngram", "target_model": "t"})
     assert vllm_engine_kwargs(adaptive, "t", None)["async_scheduling"] is False
     assert "async_scheduling" not in vllm_engine_kwargs(fixed, "t", None)
+
+
+def test_vllm_args_after_double_dash_without_a_preset_reach_vllm(capsys, tmp_path):
+    """`vspec serve --target-model M -- --enforce-eager`: with no preset, the first word after `--` used to
+    be taken as the preset name (exit 2, "unknown preset '--enforce-eager'")."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    result = run_cli(capsys, "serve", "--target-model", str(model), "--method", "ngram", "--dry-run", "--json",
+                     "--", "--enforce-eager", "--seed", "3")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["argv"][-3:] == ["--enforce-eager", "--seed", "3"]

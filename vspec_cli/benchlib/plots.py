@@ -18,7 +18,7 @@ def available() -> bool:
     return True
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a window
@@ -28,7 +28,7 @@ def _pyplot():
 
 
 def throughput(cells: list[dict[str, Any]], path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     columns = min(3, len(cells))
     rows = math.ceil(len(cells) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.8 * columns, 3.6 * rows), squeeze=False)
@@ -66,7 +66,7 @@ def k_over_time(series: list[dict[str, Any]], path: Path, title: str) -> Path | 
     policies = list(dict.fromkeys(s["policy"] for s in series))
     if not policies:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(policies), 1, figsize=(11, 2.8 * len(policies)), squeeze=False)
     for ax, policy in zip(axes.flat, policies):
         mine = sorted((s for s in series if s["policy"] == policy), key=lambda s: s["repeat"])

@@ -102,3 +102,62 @@ def rerender(out_dir: Path) -> dict[str, Any]:
     report.write_json(document, out_dir / "results.json")
     write_text_atomic(out_dir / "results.md", report.markdown(document))
     return document
+
+
+def execute_serve(plan, *, workload: str, command: str, on_event: Event) -> dict[str, Any]:
+    """The serve driver's session: servers under live load, then the same document family."""
+    import json
+
+    from vspec_cli.benchlib import serve_report
+    from vspec_cli.benchlib.serve_driver import VSPEC_SERVER, run_serve_bench
+
+    environment = {"versions": report.versions(), "machine": report.machine()}
+    started = _dt.datetime.now().astimezone()
+    runs, servers = run_serve_bench(plan, on_event)
+    finished = _dt.datetime.now().astimezone()
+    loads = [shape.label for shape in plan.loads]
+    greedy = plan.sampling.temperature == 0
+    cells = serve_report.summarise(plan.policies, loads, runs, greedy=greedy)
+    found_checks = serve_report.checks(cells)
+    spec = plan.base_spec
+    settings = {
+        "driver": "serve", "target_model": spec.target_model, "target_path": plan.target_path, "drafter": spec.drafter,
+        "method": spec.method, "gamma": spec.gamma, "dtype": spec.serving.dtype, "max_num_seqs": spec.serving.max_num_seqs,
+        "policies": [p.label for p in plan.policies], "workload": workload, "prompts": len(plan.prompts),
+        "loads": [{"label": s.label, "kind": s.kind, "rate": s.rate, "duration_s": s.duration_s,
+                   "burstiness": s.burstiness} for s in plan.loads],
+        "duration_s": plan.loads[0].duration_s, "burstiness": plan.loads[0].burstiness,
+        "rounds": plan.rounds, "repeats": plan.repeats, "max_tokens": plan.sampling.max_tokens,
+        "temperature": plan.sampling.temperature, "top_p": plan.sampling.top_p, "ignore_eos": plan.sampling.ignore_eos,
+        "prefix_caching": True, "vllm_args": list(plan.vllm_args), "settle_after_switch_s": SETTLE_AFTER_SWITCH_S,
+        "prompt_set_version": PROMPT_SET_VERSION,
+    }
+    out = plan.out_dir
+    files: dict[str, Any] = {"results_json": str(out / "results.json"), "results_md": str(out / "results.md"),
+                             "plots": [], "logs": str(out / "logs"), "traces": str(out / "traces"),
+                             "requests": str(out / "requests")}
+    title = f"{Path(spec.target_model).name} ({spec.method}), {plan.sampling.max_tokens} tokens, serve driver"
+    if plots.available():
+        rates = {s.label: s.rate for s in plan.loads if s.kind == "rate"}
+        drawn = serve_report.plot_rates(cells, rates, out / "rates.png", title)
+        ramp = next((s for s in plan.loads if s.kind == "ramp"), None)
+        trace_file = out / "traces" / f"{VSPEC_SERVER}-r1.jsonl"
+        if ramp is not None and trace_file.exists():
+            trace = [json.loads(line) for line in trace_file.read_text().splitlines() if line.strip()]
+            drawn_ramp = serve_report.plot_ramp([r for r in runs if r.load == ramp.label], trace, ramp,
+                                                out / "ramp_k.png", title)
+            files["plots"] += [str(drawn_ramp)] if drawn_ramp else []
+        files["plots"] += [str(drawn)] if drawn else []
+    else:
+        files["plots_skipped"] = "matplotlib is not installed (pip install 'vspec[bench]')"
+    policies = [{"label": p.label, "kind": p.kind} for p in plan.policies]
+    document = report.build_document(
+        started=started, finished=finished, command=command, settings=settings, environment=environment,
+        policies=policies, workloads=[{"name": workload, "distinct_prompts": len(plan.prompts),
+                                       "prompt_set_version": PROMPT_SET_VERSION}],
+        cells=cells, checks=found_checks, runs=[r.record() for r in runs], files=files)
+    document["driver"] = "serve"
+    document["servers"] = servers
+    report.write_json(document, out / "results.json")
+    write_text_atomic(out / "results.md", serve_report.markdown(document))
+    return document

@@ -20,6 +20,8 @@ from vspec_cli.spec_flags import ADAPTIVE_TUNING_FIELDS, ENGINE_FIELDS, MODEL_FI
 from vspec_cli.workloads import help_text as workload_help
 
 BENCH_PANEL = "Benchmark"
+SERVE_PANEL = "Serve driver (--driver serve)"
+DEFAULT_RATES = "0.25,0.5,1,2,4"
 ADVANCED_PANEL = "Advanced"
 DEFAULT_POLICIES = "target-only,fixed:1,fixed:3,fixed:6,online"
 
@@ -89,6 +91,20 @@ def bench(
     json_out: JsonOpt = False,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-tokens tokens.",
                                              rich_help_panel=ADVANCED_PANEL)] = False,
+    driver: Annotated[str, typer.Option("--driver", help="offline: batches submitted at once to in-process engines; "
+                                        "serve: live load (request rates, a ramp) through real servers.",
+                                        rich_help_panel=BENCH_PANEL)] = "offline",
+    rates: Annotated[str, typer.Option("--rates", help="serve driver: comma-separated request rates (req/s).",
+                                       rich_help_panel=SERVE_PANEL)] = DEFAULT_RATES,
+    duration: Annotated[float, typer.Option("--duration", min=1.0, help="serve driver: seconds of arrivals per load.",
+                                            rich_help_panel=SERVE_PANEL)] = 20.0,
+    ramp: Annotated[Optional[float], typer.Option("--ramp", min=0.0, help="serve driver: add a ramp load rising to this "
+                                                  "rate (req/s) at half time and falling back; 0 for none.",
+                                                  rich_help_panel=SERVE_PANEL, show_default=False)] = None,
+    ramp_duration: Annotated[float, typer.Option("--ramp-duration", min=2.0, help="serve driver: seconds of the ramp.",
+                                                 rich_help_panel=SERVE_PANEL)] = 60.0,
+    burstiness: Annotated[float, typer.Option("--burstiness", min=0.01, help="serve driver: arrival gamma shape "
+                                              "(1 = Poisson; lower = burstier).", rich_help_panel=SERVE_PANEL)] = 1.0,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="Skip vLLM's compilation: engines start in seconds "
                                                 "(for quick checks; not how `vspec serve` runs).",
                                                 rich_help_panel=ADVANCED_PANEL)] = False,
@@ -110,6 +126,8 @@ def bench(
     from vspec_cli.demo_model import prepare_demo_with_progress
     from vspec_cli.workloads import parse_workloads
 
+    if driver not in ("offline", "serve"):
+        raise UserInputError(f"--driver must be offline or serve, not '{driver}'")
     if mode not in ("interleaved", "engines"):
         raise UserInputError(f"--mode must be interleaved or engines, not '{mode}'")
     if prompts not in ("same", "new"):
@@ -119,11 +137,24 @@ def bench(
     bench_policies = parse_policies(policies)
     workloads = parse_workloads(workload)
     batches = _parse_batches(batch)
+    if driver == "serve":
+        from vspec_cli.benchlib.serve_cli import validate_serve_options
+
+        validate_serve_options(bench_policies, workloads, rates)
     spec = resolve_spec(preset, str(config) if config else None, spec_overrides)
     for policy in bench_policies:
         policy_spec(spec, policy)  # every policy's spec validates before any engine starts
     model_paths = resolve_model_paths(spec, strict=True, prepare_demo=prepare_demo_with_progress)
     out_dir = out or Path("bench-out") / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if driver == "serve":
+        from vspec_cli.benchlib.serve_cli import run_serve_driver
+
+        run_serve_driver(
+            spec=spec, model_paths=model_paths, policies=bench_policies, workloads=workloads, rates=rates,
+            duration=duration, ramp=ramp, ramp_duration=ramp_duration, burstiness=burstiness, rounds=rounds,
+            repeats=repeats, max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos,
+            enforce_eager=enforce_eager, out_dir=out_dir, json_out=json_out, progress=_Progress)
+        return
     plan = BenchPlan(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,
         cells=build_cells(workloads, batches, rounds, same_prompts=prompts == "same"), repeats=repeats, max_tokens=max_tokens,

@@ -48,10 +48,11 @@ def serve(
     if list_presets:
         _print_presets(json_out)
         return
+    preset, vllm_args = split_vllm_args(preset, tuple(ctx.args))
     spec = resolve_spec(preset, str(config) if config else None, spec_overrides, no_speculation)
     model_paths = resolve_model_paths(spec, strict=not dry_run,
                                       prepare_demo=None if dry_run else prepare_demo_with_progress)
-    plan = build_launch(spec, model_paths.target, model_paths.drafter, tuple(ctx.args))
+    plan = build_launch(spec, model_paths.target, model_paths.drafter, vllm_args)
     for note in model_paths.notes:
         _output.warn(note)
 
@@ -69,10 +70,18 @@ def serve(
         f"{spec.method} K<={spec.gamma}, " + (f"adaptive ({spec.adaptive.policy})" if spec.adaptive_active else "fixed K"))
     if spec.relaxed.enabled:
         mode += ", RELAXED ACCEPTANCE (outputs differ from target-only)"
-    if SYNC_SCHEDULING_FLAG in plan.argv and SYNC_SCHEDULING_FLAG not in ctx.args:
+    if SYNC_SCHEDULING_FLAG in plan.argv and SYNC_SCHEDULING_FLAG not in vllm_args:
         mode += "; async scheduling off: the adaptive scheduler is synchronous"
     _output.hint(f"vspec: serving {spec.target_model} on http://{spec.serving.host}:{spec.serving.port} ({mode})")
     raise typer.Exit(run_foreground(plan.argv, plan.env))
+
+
+def split_vllm_args(preset: Optional[str], extra: tuple[str, ...]) -> tuple[Optional[str], tuple[str, ...]]:
+    """Without a preset, the first word after `--` lands in the PRESET argument (`vspec serve
+    --target-model m -- --enforce-eager`); an option is never a preset, so it goes back to vLLM's args."""
+    if preset is not None and preset.startswith("-"):
+        return None, (preset, *extra)
+    return preset, extra
 
 
 def _print_presets(json_out: bool) -> None:

@@ -1,0 +1,176 @@
+"""`vspec bench --driver serve`: arrival schedules, latency metrics, the paired report, and one real run.
+
+The real run (marked vllm) starts the two servers the driver uses on a tiny model and checks what a
+reader of results.json relies on: every request answered, each policy's loads at its own K, greedy
+answers equal to target-only's, ratios and checks present. No timing thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run_cli
+from vspec_cli.benchlib import load as loadlib
+from vspec_cli.benchlib import serve_report
+from vspec_cli.benchlib.policies import parse_policies
+from vspec_cli.benchlib.serve_driver import LoadRun
+
+PROMPTS = [f"prompt {i}" for i in range(10)]
+
+
+# --- arrivals --------------------------------------------------------------------------------------
+
+def test_a_seed_gives_every_policy_the_same_arrivals_and_prompts():
+    shape = loadlib.LoadShape("rate", 2.0, 30.0)
+    first, again = loadlib.arrivals(shape, PROMPTS, seed=7), loadlib.arrivals(shape, PROMPTS, seed=7)
+    assert first == again
+    assert loadlib.arrivals(shape, PROMPTS, seed=8) != first
+
+
+def test_poisson_arrivals_come_at_the_asked_rate():
+    schedule = loadlib.arrivals(loadlib.LoadShape("rate", 2.0, 500.0), PROMPTS, seed=1)
+    assert 900 <= len(schedule) <= 1100  # 1000 expected; 5 standard deviations is about +-160
+    assert all(b.at_s >= a.at_s for a, b in zip(schedule, schedule[1:])) and schedule[0].at_s == 0
+
+
+def test_lower_burstiness_means_burstier_arrivals():
+    def gap_cv(burstiness: float) -> float:
+        times = [a.at_s for a in loadlib.arrivals(loadlib.LoadShape("rate", 2.0, 500.0, burstiness), PROMPTS, 3)]
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        return statistics.stdev(gaps) / statistics.fmean(gaps)
+
+    assert gap_cv(0.25) > 1.5 > gap_cv(1.0) > 0.8 > gap_cv(8.0)
+
+
+def test_a_ramp_rises_to_its_peak_at_half_time_and_falls_back():
+    shape = loadlib.LoadShape("ramp", 4.0, 300.0)
+    assert shape.rate_at(0) == pytest.approx(0.4) and shape.rate_at(150) == pytest.approx(4.0)
+    assert shape.rate_at(300) == pytest.approx(0.4)
+    times = [a.at_s for a in loadlib.arrivals(shape, PROMPTS, seed=2)]
+    thirds = [sum(lo <= t < lo + 100 for t in times) for lo in (0, 100, 200)]
+    assert thirds[1] > 1.5 * thirds[0] and thirds[1] > 1.5 * thirds[2]
+
+
+def test_a_short_load_still_sends_a_few_requests():
+    assert len(loadlib.arrivals(loadlib.LoadShape("rate", 0.01, 1.0), PROMPTS, seed=0)) == loadlib.MIN_REQUESTS
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+
+def record(index, sent, first, done, tokens, gaps=(), ok=True):
+    r = loadlib.RequestRecord(index, sent_at=sent, ok=ok, first_at=first, done_at=done, output_tokens=tokens)
+    r.chunk_gaps = list(gaps)
+    return r
+
+
+def test_load_metrics_follow_vllm_bench_serve_definitions():
+    records = [record(0, 0.0, 0.1, 1.1, 11, gaps=[0.1] * 10), record(1, 0.5, 0.8, 2.0, 5, gaps=[0.3] * 4),
+               record(2, 1.0, None, None, 0, ok=False)]
+    m = loadlib.load_metrics(records)
+    assert (m["requests"], m["completed"], m["failed"]) == (3, 2, 1)
+    assert m["makespan_s"] == pytest.approx(2.0) and m["output_tok_s"] == pytest.approx(16 / 2.0)
+    assert m["ttft_p50"] == pytest.approx(0.2)  # (0.1 + 0.3) / 2
+    assert m["tpot_p50"] == pytest.approx((0.1 + 0.3) / 2)  # (1.1-0.1)/10 and (2.0-0.8)/4
+    assert m["itl_p99"] == pytest.approx(0.3)
+
+
+def test_percentiles_interpolate_like_numpy():
+    assert loadlib.percentile([1, 2, 3, 4], 50) == 2.5 and loadlib.percentile([5], 99) == 5
+    assert loadlib.percentile([], 50) is None
+
+
+# --- the report --------------------------------------------------------------------------------------
+
+def load_run(policy, round_index, tok_s, tpot, texts=("a", "b"), counters=None):
+    return LoadRun(policy, "1 req/s", 0, 0, round_index, 0, 0.0, 1.0,
+                   {"output_tok_s": tok_s, "tpot_p50": tpot, "failed": 0}, counters or {}, list(texts))
+
+
+def test_report_pairs_rounds_against_the_best_baseline_and_judges_online():
+    policies = parse_policies("target-only,fixed:3,online")
+    runs = []
+    for r, noise in enumerate((1.0, 1.1, 0.9, 1.05)):
+        runs += [load_run("target-only", r, 100 * noise, 0.030 * noise),
+                 load_run("fixed:3", r, 120 * noise, 0.025 * noise,
+                          counters={"vllm:spec_decode_num_drafts_total": 10, "vllm:spec_decode_num_accepted_tokens_total": 15,
+                                    "k3": 40}),
+                 load_run("online", r, 60 * noise, 0.050 * noise, texts=("a", "c"), counters={"k0": 5, "k3": 15})]
+    (cell,) = serve_report.summarise(policies, ["1 req/s"], runs, greedy=True)
+    assert cell["best_baseline"] == "fixed:3" and cell["best_tpot_baseline"] == "fixed:3"
+    online = cell["policies"]["online"]
+    assert online["paired_best"]["ratio"] == pytest.approx(0.5) and online["paired_best"]["pairs"] == 4
+    assert online["paired_target_only"]["ratio"] == pytest.approx(0.6)
+    assert online["paired_tpot_vs_best"]["ratio"] == pytest.approx(0.5)
+    assert online["same_as_target_only"] == {"compared": 8, "equal": 4}
+    assert online["k_histogram"] == {"0": 20, "3": 60}
+    assert cell["policies"]["fixed:3"]["acceptance_length"] == pytest.approx(2.5)
+    verdicts = [c["verdict"] for c in serve_report.checks([cell])]
+    assert verdicts == ["missed", "missed"]
+    markdown_rows = serve_report.table_rows([cell])
+    assert [row[1] for row in markdown_rows] == ["target-only", "fixed:3", "online"]
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rates", "1,x"], "--rates"),
+    (["--rates", "0"], "> 0"),
+    (["--policies", "target-only,vllm-fixed:3"], "vllm-fixed:3"),
+    (["--workload", "chat,nonsense"], "unknown workload"),
+    (["--driver", "live"], "--driver"),
+])
+def test_bad_serve_driver_input_exits_2_with_one_line(capsys, args, message):
+    result = run_cli(capsys, "bench", "--preset", "demo", "--driver", "serve", *args)
+    assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+# --- one real serve bench ----------------------------------------------------------------------------
+
+TINY_PROMPTS = ["one two three one two three one two three one two",
+                "The quick brown fox jumps over the lazy dog. The quick brown fox"]
+
+
+@pytest.mark.vllm
+def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
+    out = tmp_path / "serve-bench"
+    prompts = tmp_path / "tiny.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in TINY_PROMPTS))
+    policies = "target-only,fixed:1,online"
+    result = run_cli(
+        capsys, "bench", "--driver", "serve", "--target-model", str(tiny_models["llama"]), "--method", "ngram",
+        "--gamma", "3", "--dtype", "float32", "--device", "cpu", "--max-model-len", "512", "--max-num-seqs", "8",
+        "--adaptive-control-interval", "1", "--adaptive-min-gamma", "1", "--policies", policies,
+        "--workload", str(prompts), "--rates", "4", "--duration", "1.5", "--ramp", "6", "--ramp-duration", "2",
+        "--rounds", "2", "--repeats", "1", "--max-tokens", "16", "--ignore-eos", "--enforce-eager",
+        "--out", str(out), "--json",
+    )
+    assert result.exit_code == 0, result.stderr[-3000:]
+    document = json.loads(result.stdout)
+    assert document["driver"] == "serve" and document["settings"]["prefix_caching"] is True
+    assert all(server["ok"] for server in document["servers"])
+    assert [c["load"] for c in document["cells"]] == ["4 req/s", "ramp to 6 req/s"]
+    for cell in document["cells"]:
+        rows = cell["policies"]
+        assert list(rows) == policies.split(",")
+        for label, row in rows.items():
+            assert row["rounds"] == 2 and row["failed"] == 0 and row["output_tok_s"] > 0
+            assert row["tpot_p50"] > 0 and row["ttft_p99"] >= row["ttft_p50"]
+            if label != "target-only":
+                same = row["same_as_target_only"]
+                assert same["compared"] > 0 and same["equal"] == same["compared"], (label, same)
+                assert row["paired_target_only"]["pairs"] == 2
+        # Constant-K policies ran at their own K inside the one vspec server: the switch happened.
+        assert set(rows["fixed:1"]["k_histogram"]) == {"1"}
+        assert rows["online"]["k_histogram"] and all(1 <= int(k) <= 3 for k in rows["online"]["k_histogram"])
+        assert set(rows["online"]["k_histogram"]) != {"1"}, "online ran at fixed:1's K: no switch between loads"
+        assert rows["fixed:1"]["acceptance_length"] > 1.0
+    assert {c["verdict"] for c in document["checks"]} <= {"met", "missed", "not resolved"}
+    assert len(document["checks"]) == 4
+    raw = (out / "requests" / "r1.jsonl").read_text().splitlines()
+    assert len(raw) == 2 * 2 * 3  # loads x rounds x policies
+    assert (out / "results.md").read_text().startswith("# vspec bench (serve driver)")
+    assert sorted(Path(p).name for p in document["files"]["plots"]) == ["ramp_k.png", "rates.png"]

@@ -1,0 +1,292 @@
+"""`vspec bench --driver serve`: policies under live load through the real server, interleaved.
+
+Per repeat, two servers run side by side, each started with the exact command `vspec serve` builds
+(vspec_cli/launch.py; prefix caching on, as users run it):
+
+- a *vspec server* that runs every scheduler policy (``fixed:K`` as a constant-K policy, ``table:``,
+  ``online``, ``profile:``), one labelled policy object each, switched between loads through the
+  same file the offline interleaved bench uses (the controller reads it when the engine goes idle,
+  vspec_runtime/controller.py), so each policy keeps its learned state across its loads;
+- a *target-only server* (no drafter).
+
+Each load (a constant request rate, or the ramp) runs ``rounds`` times; in every round each policy
+gets the same arrival times and prompts (one seed per load and round), in the balanced order of the
+offline bench (ABCD, DCBA, ...). A round of a policy is one paired sample, as in the offline bench
+(vspec_cli/benchlib/paired.py). Before the first load every server answers each prompt of the pool
+once, so the prefix cache holds them for every policy alike and the first policy of a round pays no
+prefill the others skip. Between loads the driver waits out vLLM's 1 s worker spin (see
+interleave.SETTLE_AFTER_SWITCH_S). Acceptance and the K histogram of a load come from the vspec
+server's /metrics, read before and after it (the snapshot is published when the engine goes idle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from vspec_cli.benchlib import load as loadlib
+from vspec_cli.benchlib.interleave import SETTLE_AFTER_SWITCH_S, balanced_order, scheduler_policy_settings
+from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
+from vspec_cli.benchlib.runner import Event, file_label
+from vspec_cli.launch import build_launch
+from vspec_cli.process import stop_group
+from vspec_runtime.controller import BENCH_POLICY_FILE
+from vspec_runtime.spec import RuntimeSpec, validate_spec
+
+TARGET_SERVER = "target-only"
+VSPEC_SERVER = "vspec"
+SERVER_KINDS = ("target-only", "fixed", "table", "online", "profile")
+HOST_MEMORY_SHARE = 0.6  # of the host's memory, for both servers together (CPU KV caches)
+READY_TIMEOUT_S = 900
+WARMUP_CONCURRENCY = 8
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    base_spec: RuntimeSpec
+    target_path: str
+    drafter_path: Optional[str]
+    policies: list[BenchPolicy]
+    prompts: list[str]
+    loads: list[loadlib.LoadShape]
+    rounds: int
+    repeats: int
+    sampling: loadlib.Sampling
+    out_dir: Path
+    vllm_args: tuple[str, ...] = ()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """One `vllm serve` process group, as `vspec serve` launches it, stopped with its children."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    log_path: Path
+    run_dir: Path
+    proc: Optional[subprocess.Popen] = None
+    ready_s: Optional[float] = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("w", encoding="utf-8")
+        self._started = time.perf_counter()
+        self.proc = subprocess.Popen(self.argv, env={**os.environ, **self.env}, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server {self.name} exited with status {self.proc.returncode} "
+                                   f"before it was ready (log: {self.log_path})")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        self.ready_s = time.perf_counter() - self._started
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"server {self.name} not ready after {READY_TIMEOUT_S} s (log: {self.log_path})")
+
+    def select_policy(self, label: str) -> None:
+        """The label the controller runs from its next busy period on (written atomically)."""
+        partial = self.run_dir / f".{BENCH_POLICY_FILE}.tmp"
+        partial.write_text(label)
+        os.replace(partial, self.run_dir / BENCH_POLICY_FILE)
+
+    def metrics(self) -> dict[str, float]:
+        """The counters a load is summarised with: vLLM's spec-decode totals and vspec's K selections."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=10) as response:
+            text = response.read().decode("utf-8")
+        wanted: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total",
+                                   "vllm:spec_decode_num_draft_tokens_total"):
+                    wanted[sample.name] = wanted.get(sample.name, 0.0) + sample.value
+                elif sample.name == "vspec_gamma_selections_total":
+                    key = f"k{sample.labels['gamma']}"
+                    wanted[key] = wanted.get(key, 0.0) + sample.value
+        return wanted
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_group(self.proc.pid, grace=30 if self.proc.poll() is None else 0)
+            self.proc.wait()
+            self._log.close()
+
+
+def vspec_server_spec(plan: ServePlan, trace: Path) -> tuple[RuntimeSpec, dict[str, Any]]:
+    """The vspec server's spec (max K over the policies, adaptive on, trace) and its labelled policies."""
+    in_vspec = [p for p in plan.policies if p.kind != "target-only"]
+    labelled = {p.label: scheduler_policy_settings(plan.base_spec, p) for p in in_vspec}
+    data = plan.base_spec.model_dump()
+    first = next(iter(labelled.values()))["adaptive"]
+    data.update(gamma=max(entry["gamma"] for entry in labelled.values()),
+                adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
+    return validate_spec(data), labelled
+
+
+def plan_servers(plan: ServePlan, repeat: int) -> dict[str, Server]:
+    servers: dict[str, Server] = {}
+    wanted = {TARGET_SERVER} if any(p.kind == "target-only" for p in plan.policies) else set()
+    if any(p.kind != "target-only" for p in plan.policies):
+        wanted.add(VSPEC_SERVER)
+    share = round(min(plan.base_spec.serving.gpu_memory_utilization or 0.3, HOST_MEMORY_SHARE / len(wanted)), 3)
+    on_cpu = plan.base_spec.serving.device in (None, "cpu")
+    for name in sorted(wanted):
+        port = free_port()
+        extra: dict[str, str] = {}
+        if name == VSPEC_SERVER:
+            trace = (plan.out_dir / "traces" / f"{VSPEC_SERVER}-r{repeat + 1}.jsonl").resolve()
+            trace.unlink(missing_ok=True)
+            spec, labelled = vspec_server_spec(plan, trace)
+            drafter = plan.drafter_path
+            extra["VSPEC_BENCH_POLICIES"] = json.dumps(labelled)
+        else:
+            target = next(p for p in plan.policies if p.kind == "target-only")
+            spec, drafter = policy_spec(plan.base_spec, target), None
+        serving = dict(spec.serving.model_dump(), host="127.0.0.1", port=port, served_model_name="bench")
+        if on_cpu:
+            serving["gpu_memory_utilization"] = share
+        spec = validate_spec({**spec.model_dump(), "serving": serving})
+        launch = build_launch(spec, plan.target_path, drafter, plan.vllm_args)
+        run_dir = (plan.out_dir / "run" / f"{name}-r{repeat + 1}").resolve()
+        env = {**launch.env, **extra, "VSPEC_RUN_DIR": str(run_dir)}
+        servers[name] = Server(name, launch.argv, env, port,
+                               plan.out_dir / "logs" / f"{file_label(name)}-r{repeat + 1}.log", run_dir)
+    return servers
+
+
+def server_of(policy: BenchPolicy) -> str:
+    return TARGET_SERVER if policy.kind == "target-only" else VSPEC_SERVER
+
+
+def warm_up(server: Server, prompts: list[str], sampling: loadlib.Sampling) -> None:
+    """Every prompt once (2 tokens), a few at a time: compiled paths warm, prompts in the prefix cache."""
+    short = loadlib.Sampling(max_tokens=2)
+    schedule = [loadlib.Arrival(0.0, prompt, i) for i, prompt in enumerate(prompts)]
+    for start in range(0, len(schedule), WARMUP_CONCURRENCY):
+        loadlib.run_load(server.base_url, "bench", schedule[start:start + WARMUP_CONCURRENCY], short)
+    # and one full-length request, so the first measured load does not pay a first decode's set-up
+    loadlib.run_load(server.base_url, "bench", schedule[:1], sampling)
+
+
+@dataclass
+class LoadRun:
+    """One policy's run of one load in one round: the paired sample of the serve bench."""
+
+    policy: str
+    load: str
+    load_index: int
+    repeat: int
+    round: int
+    order_position: int
+    started_at: float
+    ended_at: float
+    metrics: dict[str, Any]
+    counters: dict[str, float] = field(default_factory=dict)
+    texts: list[Optional[str]] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after
+            if after.get(key, 0.0) - before.get(key, 0.0) > 0}
+
+
+def run_serve_bench(plan: ServePlan, on_event: Event) -> tuple[list[LoadRun], list[dict[str, Any]]]:
+    """Every repeat: start the servers, warm them, run each load's rounds; returns the load runs and
+    one record per server (ready time, ok, error)."""
+    for sub in ("logs", "traces", "requests", "run"):
+        (plan.out_dir / sub).mkdir(parents=True, exist_ok=True)
+    runs: list[LoadRun] = []
+    servers_seen: list[dict[str, Any]] = []
+    for repeat in range(plan.repeats):
+        servers = plan_servers(plan, repeat)
+        try:
+            for server in servers.values():
+                on_event("engine", policy=f"starting {server.name} server", repeat=repeat, index=repeat,
+                         total=plan.repeats)
+                server.start()
+            for server in servers.values():
+                server.wait_ready()
+                warm_up(server, plan.prompts, plan.sampling)
+            runs += _loads_of_repeat(plan, servers, repeat, on_event)
+            servers_seen += [{"server": s.name, "repeat": repeat, "ok": True, "ready_s": s.ready_s,
+                              "log": str(s.log_path)} for s in servers.values()]
+            on_event("engine-done", policy="servers", repeat=repeat, ok=True, error=None)
+        except Exception as exc:  # noqa: BLE001 - reported per repeat; the other repeats still count
+            servers_seen += [{"server": s.name, "repeat": repeat, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                              "log": str(s.log_path)} for s in servers.values()]
+            on_event("engine-done", policy="servers", repeat=repeat, ok=False, error=str(exc))
+        finally:
+            for server in servers.values():
+                server.stop()
+    return runs, servers_seen
+
+
+def _loads_of_repeat(plan: ServePlan, servers: dict[str, Server], repeat: int, on_event: Event) -> list[LoadRun]:
+    labels = [p.label for p in plan.policies]
+    by_label = {p.label: p for p in plan.policies}
+    total = len(plan.loads) * plan.rounds * len(labels)
+    done = 0
+    runs: list[LoadRun] = []
+    requests_file = plan.out_dir / "requests" / f"r{repeat + 1}.jsonl"
+    for load_index, shape in enumerate(plan.loads):
+        for round_index in range(plan.rounds):
+            schedule = loadlib.arrivals(shape, plan.prompts, seed=1000 * load_index + round_index)
+            for position, label in enumerate(balanced_order(labels, round_index)):
+                on_event("stage", stage="phase", phase=done, phases=total,
+                         name=f"{shape.label} #{round_index + 1} {label}")
+                server = servers[server_of(by_label[label])]
+                if server.name == VSPEC_SERVER:
+                    server.select_policy(label)
+                time.sleep(SETTLE_AFTER_SWITCH_S)
+                run = _one_load(plan, server, shape, schedule, label, load_index, repeat, round_index, position)
+                runs.append(run)
+                with requests_file.open("a", encoding="utf-8") as raw:
+                    raw.write(json.dumps({"policy": label, "load": shape.label, "round": round_index,
+                                          "requests": run.metrics.pop("records")}) + "\n")
+                done += 1
+    on_event("stage", stage="done", phases=total)
+    return runs
+
+
+def _one_load(plan: ServePlan, server: Server, shape: loadlib.LoadShape, schedule: list[loadlib.Arrival],
+              label: str, load_index: int, repeat: int, round_index: int, position: int) -> LoadRun:
+    before = server.metrics() if server.name == VSPEC_SERVER else {}
+    started = time.perf_counter()
+    records = loadlib.run_load(server.base_url, "bench", schedule, plan.sampling)
+    ended = time.perf_counter()
+    counters = counter_delta(before, server.metrics()) if server.name == VSPEC_SERVER else {}
+    metrics = loadlib.load_metrics(records)
+    metrics["records"] = [r.record() for r in records]
+    return LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended, metrics, counters,
+                   texts=[r.text if r.ok else None for r in records])

@@ -75,6 +75,8 @@ def test_policy_contract(name):
         if rng.random() < 0.05:
             batch = rng.choice([1, 2, 3, 5, 8, 13, 64, 200])
         max_feasible = rng.choice([MAX_GAMMA] * 6 + [0, 1, 3, 20])
+        if rng.random() < 0.02:
+            policy.decide_next(batch)  # a re-probe of a sticky K=0 asks for a decision now
         decision = policy.choose(batch, max_feasible)
         assert isinstance(decision, Decision)
         assert isinstance(decision.gamma, int) and isinstance(decision.reason, str) and decision.reason

@@ -242,6 +242,65 @@ def test_k0_feedback_is_an_arm_like_any_other():
     assert arms["0"]["goodput_tokens_per_ms"] == pytest.approx(0.2)  # batch / interval
 
 
+def test_decide_next_turns_a_hold_into_a_decision():
+    online = policy(control_interval=8)
+    online.choose(4, 6)
+    online.observe(feedback(4, 6, accepted=6))
+    assert online.choose(4, 6).reason == "hold"
+    online.decide_next(4)
+    online.choose(4, 6)
+    assert online.bucket_state(4)["decisions"] == 2
+
+
+# -- K=0: what it takes to go there, and to come back -----------------------------------------------
+
+
+def test_acceptance_ages_back_to_its_prior_while_nothing_drafts():
+    """At K=0 vLLM schedules no draft tokens, so the steps carry no drafts at all; they must still age
+    the old evidence, or a K=0 chosen in a bad phase would never look worth leaving."""
+    online = policy()
+    for _ in range(50):
+        online.observe(feedback(8, 2, accepted=0))
+    low = online.acceptance.rate(1)
+    for _ in range(1000):  # evidence halves every 64 steps without drafts
+        online.observe(StepFeedback(batch_size=8, gamma=0, drafted=(), accepted=(), interval_ms=20.0, stable=True))
+    assert low < 0.1 and online.acceptance.rate(1) > 0.45
+
+
+def probe_under_load(online: OnlinePolicy, steps: int, drafting: int) -> list[int]:
+    """K chosen per step while ``drafting`` of 8 requests draft and have every draft rejected, the others
+    unable to draft (a re-probe of a sticky K=0: only requests that arrived since can); K=0 costs 20 ms
+    a step, each draft token 5 ms more."""
+    chosen = []
+    for _ in range(steps):
+        gamma = online.choose(8, 6).gamma
+        chosen.append(gamma)
+        ids = tuple("abcdefgh")
+        online.observe(StepFeedback(
+            batch_size=8, gamma=gamma, drafted=(gamma,) * drafting if gamma else (),
+            accepted=(0,) * drafting if gamma else (), interval_ms=20.0 + 5.0 * gamma, stable=True,
+            batch_ids=ids, request_ids=ids[8 - drafting:] if gamma else (), cannot_draft=ids[:8 - drafting]))
+    return chosen
+
+
+def test_does_not_stop_drafting_on_a_few_rejected_drafts():
+    """A re-probe under load drafts only for the requests that arrived since the cohort began: a
+    rejected draft or two must not end it (at K=0 nothing drafts, so nothing could correct it), a
+    batch's worth may."""
+    thin = probe_under_load(policy(control_interval=1, start_gamma=2), 10, drafting=1)
+    assert min(thin) > 0, thin
+    hasty = probe_under_load(policy(control_interval=1, start_gamma=2, evidence_to_stop=0), 10, drafting=1)
+    assert hasty[-1] == 0, "without the rule the same probe ends on a few drafts (the test would prove nothing)"
+    full = probe_under_load(policy(control_interval=1, start_gamma=2), 10, drafting=8)
+    assert full[-1] == 0, full
+
+
+def test_requests_that_cannot_draft_are_no_failures():
+    step = StepFeedback(batch_size=4, gamma=3, drafted=(3,), accepted=(3,), interval_ms=10.0, stable=True,
+                        batch_ids=("a", "b", "c", "d"), request_ids=("d",), cannot_draft=("a", "b"))
+    assert step.acceptance_trials() == ((3, 3), (3, 0))  # d accepted all; c drafted nothing: a failure
+
+
 # -- buckets and prior transfer ---------------------------------------------------------------------
 
 

@@ -12,10 +12,12 @@ from vspec_runtime.control.simulate import (
     accepted_run,
     batch_dependent,
     best_fixed_gamma,
+    continuous_load,
     expected_committed,
     goodput_curve,
     high_acceptance,
     phase_change,
+    poisson_stream,
     run,
     run_oracle,
     steps_to_readapt,
@@ -107,3 +109,62 @@ def test_acceptance_process_validation():
         AcceptanceProcess(((5, (0.5,)),))
     with pytest.raises(ValueError):
         AcceptanceProcess.constant(1.5)
+
+
+def test_continuous_load_has_the_documented_best_k():
+    scenario = continuous_load()
+    best = {batch: best_fixed_gamma((0.75,), scenario.latency, batch) for batch in (2, 4, 6, 8, 12, 16)}
+    assert best == {2: 6, 4: 3, 6: 3, 8: 2, 12: 2, 16: 2}
+
+
+def test_poisson_stream_is_seeded_first_come_first_served_and_never_empty():
+    stream = poisson_stream(3000, arrivals_per_step=0.3, mean_steps=60, max_batch=8, seed=4)
+    assert stream == poisson_stream(3000, arrivals_per_step=0.3, mean_steps=60, max_batch=8, seed=4)
+    assert stream != poisson_stream(3000, arrivals_per_step=0.3, mean_steps=60, max_batch=8, seed=5)
+    assert all(1 <= len(stream.at(step)) <= 8 for step in range(3000))
+    assert max(len(stream.at(step)) for step in range(3000)) == 8  # 18 would run at once: the rest queue
+    admitted = [max(stream.at(step)) for step in range(3000)]
+    assert admitted == sorted(admitted)  # in arrival order
+
+
+def test_a_step_that_admits_a_request_is_not_pure_decode():
+    scenario = continuous_load(300)
+    seen = []
+
+    class Recorder(FixedPolicy):
+        def observe(self, feedback):
+            seen.append(feedback)
+
+    run(Recorder(3), None, scenario)
+    for step, feedback in enumerate(seen):
+        assert len(feedback.batch_ids) == scenario.batch_at(step) == feedback.batch_size
+        if scenario.stream.admits_at(step):
+            assert not feedback.stable
+
+
+class ZeroThenThree(FixedPolicy):
+    """K=0 for the first 50 steps, then 3; records what each step told it."""
+
+    def __init__(self):
+        super().__init__(0)
+        self.seen = []
+
+    def choose(self, batch_size, max_feasible_gamma):
+        self.gamma = 0 if len(self.seen) < 50 else 3
+        return super().choose(batch_size, max_feasible_gamma)
+
+    def observe(self, feedback):
+        self.seen.append(feedback)
+
+
+def test_a_skipped_drafter_leaves_its_requests_unable_to_draft():
+    """With ``drafter_skipped_at_zero``, the requests of a pure decode K=0 step never draft again;
+    requests admitted later do. Without it, K=0 leaves no trace."""
+    plain, skipped = ZeroThenThree(), ZeroThenThree()
+    run(plain, None, continuous_load(400))
+    run(skipped, None, continuous_load(400, drafter_skipped_at_zero=True))
+    assert all(len(step.request_ids) == step.batch_size for step in plain.seen[50:])
+    running_at_zero = set(skipped.seen[49].batch_ids)
+    for step in skipped.seen[50:]:
+        assert set(step.request_ids) == set(step.batch_ids) - running_at_zero
+    assert 0 < sum(len(step.request_ids) for step in skipped.seen) < sum(len(step.request_ids) for step in plain.seen)

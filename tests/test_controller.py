@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from vspec_runtime.control.base import Decision, Policy, StepFeedback
+from vspec_runtime.control.base import Decision, Policy, StepFeedback, Target
+from vspec_runtime.control.rules import KRules
+from vspec_runtime.control.sticky import MAX_BACKOFF, StickyZero
 from vspec_runtime.controller import AdaptiveController, ObservedStep
 from vspec_runtime.spec import validate_spec
 
@@ -30,13 +32,37 @@ class ScriptedPolicy(Policy):
         return {"policy": self.name, "acceptance": {"rates": [0.5]}}
 
 
-def make(tmp_path, gammas, method="ngram", **adaptive):
+class SlowDecider(Policy):
+    """Decides K from a script once every 8 steps of its one bucket and holds in between, like the
+    online policy's control_interval."""
+
+    name = "slow"
+    rules = KRules(control_interval=8)
+
+    def __init__(self, gammas):
+        self.gammas = list(gammas)
+        self.bucket = None
+        self.seen: list[StepFeedback] = []
+
+    def _bucket(self, batch_size):
+        if self.bucket is None:
+            self.bucket = super()._bucket(batch_size)
+        return self.bucket
+
+    def _target(self, bucket, batch_size, current, low, high):
+        return Target(self.gammas.pop(0), "scripted")
+
+    def observe(self, feedback):
+        self.seen.append(feedback)
+
+
+def make(tmp_path, gammas, method="ngram", policy=None, **adaptive):
     spec = validate_spec({
         "method": method, "target_model": "t", "drafter": "d" if method != "ngram" else None, "gamma": 4,
         "adaptive": {"enabled": True, "trace": str(tmp_path / "trace.jsonl"),
                      "samples": str(tmp_path / "samples.jsonl"), **adaptive},
     })
-    policy = ScriptedPolicy(gammas)
+    policy = policy or ScriptedPolicy(gammas)
     clock = iter(range(1000, 100000))
     return AdaptiveController(spec, max_gamma=4, max_batched_tokens=64, policy=policy,
                               clock=lambda: float(next(clock))), policy
@@ -112,6 +138,79 @@ def test_sticky_zero_reprobes_without_draining_and_backs_off(tmp_path):
     #          ask hold x2  ask: 0 again  hold x4      ask: 3
     assert ks == [0, 0, 0, 0, 0, 0, 0, 0, 3]
     assert not policy.gammas, "the policy was asked exactly three times"
+
+
+def test_a_reprobe_is_a_decision_even_when_the_policy_would_hold(tmp_path):
+    """A policy that decides every 8 steps left its countdown where its K=0 decision put it; the
+    cohort does not ask it while holding, so without a nudge the probe would be one of its "hold"
+    steps and keep K=0 unseen."""
+    policy = SlowDecider([0, 3])
+    controller, _ = make(tmp_path, [], method="draft", policy=policy, gamma0_reprobe_steps=2)
+    assert [controller.choose_gamma(4) for _ in range(4)] == [0, 0, 0, 3]
+    assert not policy.gammas, "the probe asked the policy for its next decision"
+
+
+def test_a_probe_that_returns_to_zero_soon_doubles_the_next_hold():
+    """Under load a probe runs K>0 for the few steps the acceptance model needs and goes back to 0
+    while speculation keeps losing: that is a failed probe, and the holds lengthen as when the probe
+    kept K=0. K>0 kept for reprobe_steps steps succeeded: the hold starts afresh."""
+    cohort = StickyZero(reprobe_steps=4)
+
+    def held_until_probe():
+        steps = 0
+        while cohort.holds():
+            steps += 1
+        return steps
+
+    cohort.chose(0)
+    holds = []
+    for _ in range(6):
+        holds.append(held_until_probe())
+        cohort.chose(2)  # the probe drafts ...
+        cohort.chose(2)
+        cohort.chose(0)  # ... and comes back to K=0 within 4 steps
+    assert holds == [4, 8, 16, 32, 64, 4 * MAX_BACKOFF]
+    held_until_probe()
+    for _ in range(5):
+        cohort.chose(3)  # speculation pays again: K>0 for reprobe_steps steps
+    cohort.chose(0)
+    assert held_until_probe() == 4
+
+
+def test_requests_the_cohort_skipped_are_not_counted_as_failed_drafts(tmp_path):
+    """The K=0 fast path skips a model drafter in a cohort's pure decode steps, and those requests
+    draft nothing for the rest of their lives. Their empty drafts at a re-probe are no failures of
+    the budget: the policy is told they cannot draft (requests admitted since, or that drafted after
+    all, can)."""
+    controller, policy = make(tmp_path, [0, 2, 2, 2], method="draft", gamma0_reprobe_steps=1)
+    clock = iter(range(100))
+
+    def run_step(batch_ids, drafted=(), accepted=(), request_ids=(), pure=True, finished=()):
+        gamma = controller.choose_gamma(len(batch_ids))
+        start = next(clock) / 100
+        controller.observe_step(ObservedStep(
+            drafted=drafted, accepted=accepted, batch_size=len(batch_ids), pure_decode=pure,
+            scheduled_at=start, completed_at=start + 0.01, request_ids=request_ids, batch_ids=batch_ids,
+            finished=finished))
+        return gamma, policy.seen[-1]
+
+    assert run_step(("a", "b", "c"))[0] == 0                 # K=0 decided: the drafter skips a, b, c
+    assert run_step(("a", "b", "c", "d"), pure=False)[0] == 0  # held; d admitted (a prefill step runs it)
+    assert run_step(("a", "b", "c", "d"))[0] == 2            # the probe; drafts for the next step
+    gamma, step = run_step(("a", "b", "c", "d"), (2,), (2,), ("d",))  # only d drafted
+    assert step.stable and step.cannot_draft == ("a", "b", "c")
+    assert step.acceptance_trials() == ((2,), (2,))          # not ((2, 2, 2, 2), (2, 0, 0, 0))
+    gamma, step = run_step(("b", "c", "d"), (2, 2), (1, 2), ("b", "d"), finished=("a",))  # b recomputed
+    assert step.cannot_draft == ("c",)
+
+
+def test_ngram_requests_are_never_reported_unable_to_draft(tmp_path):
+    controller, policy = make(tmp_path, [0, 0, 2, 2])
+    for index in range(4):
+        controller.choose_gamma(2)
+        controller.observe_step(ObservedStep(drafted=(), accepted=(), batch_size=2, pure_decode=True,
+                                             scheduled_at=index, completed_at=index + 0.01, batch_ids=("a", "b")))
+    assert all(not feedback.cannot_draft for feedback in policy.seen)
 
 
 def test_sticky_zero_without_reprobe_holds_until_idle(tmp_path):

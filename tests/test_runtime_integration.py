@@ -72,8 +72,9 @@ ADAPTIVE = {"enabled": True, "policy": "online", "control_interval": 1, "min_gam
 # rejected, and its partial-acceptance check below would prove nothing; it has an engine of its own.
 CHANGING_K = {"enabled": True, "policy": "sweep", "sweep_gammas": [1, 4, 0, 2], "control_interval": 2, "min_gamma": 0,
               "gamma0_mode": "sync", "per_request": True}
-# Sticky K=0 re-probed every 4 held steps while the batch runs on: the policy (0, 2, 0, 2, ...) brings K
-# back to requests whose drafter cache the skipped steps left behind.
+# Sticky K=0 re-probed after 4 held steps while the batch runs on (then 8, 16: each probe goes back to
+# 0): the policy (0, 2, 0, 2, ...) brings K back to requests whose drafter cache the skipped steps
+# left behind.
 REPROBE = {"enabled": True, "policy": "sweep", "sweep_gammas": [0, 2], "control_interval": 1, "min_gamma": 0,
            "gamma0_reprobe_steps": 4}
 PER_REQUEST = {"enabled": True, "policy": "fixed", "per_request": True}

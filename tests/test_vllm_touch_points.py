@@ -114,6 +114,9 @@ def test_preset_and_method_do_not_mix(capsys):
 # Names the scheduler and the adapter give vLLM's objects -> the SURFACE class they are.
 _OBJECTS = {
     "self": "vllm.v1.core.sched.scheduler:Scheduler",
+    "scheduler": "vllm.v1.core.sched.scheduler:Scheduler",
+    "kv_cache_manager": "vllm.v1.core.kv_cache_manager:KVCacheManager",
+    "block_pool": "vllm.v1.core.block_pool:BlockPool",
     "output": "vllm.v1.core.sched.output:SchedulerOutput",
     "scheduler_output": "vllm.v1.core.sched.output:SchedulerOutput",
     "model_runner_output": "vllm.v1.outputs:ModelRunnerOutput",

@@ -20,7 +20,7 @@ from vspec_runtime import envs, metrics
 from vspec_runtime.control import make_policy
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
 from vspec_runtime.control.per_request import DraftAllocator
-from vspec_runtime.control.sticky import StickyZero
+from vspec_runtime.control.sticky import SkippedDrafts, StickyZero
 from vspec_runtime.control.switch import PolicySwitch
 from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
 
@@ -64,6 +64,9 @@ class FaultInjectingPolicy(Policy):
     def observe(self, feedback: StepFeedback) -> None:
         self.inner.observe(feedback)
 
+    def decide_next(self, batch_size: int) -> None:
+        self.inner.decide_next(batch_size)
+
     def summary(self) -> dict[str, Any]:
         return self.inner.summary()
 
@@ -92,6 +95,7 @@ class AdaptiveController:
         self._idle = True  # no request in flight: the interleaved bench may switch policies now
         self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
         self._zero_cohort = StickyZero(spec.adaptive.gamma0_reprobe_steps)
+        self._skipped_drafts = SkippedDrafts()  # requests the cohort's skipped drafter left unable to draft
         self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
         self._drafted_with: Optional[int] = None  # K that produced the drafts verified next step
         self._last_completed_at: Optional[float] = None
@@ -187,16 +191,18 @@ class AdaptiveController:
     def choose_gamma(self, batch_size: int) -> int:
         """K the drafter produces at the end of the coming step."""
         if batch_size <= 0:
-            self._zero_cohort.drained()
+            self._cohort_drained()
             return self.current_gamma
         if self._idle:
             self._idle = False
-            self._zero_cohort.drained()  # every request of the cohort finished: speculation may resume
+            self._cohort_drained()  # every request of the cohort finished: speculation may resume
             if isinstance(self.policy, PolicySwitch):
                 self._select_bench_policy()
         if self._zero_cohort.holds():
             decision = Decision(0, "sticky-zero", rewards={})
         else:
+            if self._zero_cohort.probe_due():
+                self.policy.decide_next(batch_size)  # not asked while K=0 was held: look now, don't hold
             decision = self.policy.choose(batch_size, self.max_feasible_gamma(batch_size))
             if self.sticky_zero:
                 self._zero_cohort.chose(decision.gamma)
@@ -214,6 +220,10 @@ class AdaptiveController:
         # Stable: a pure decode step whose verified drafts and new drafts used the same K, so the
         # interval's cost and its committed tokens both belong to that K.
         stable = step.pure_decode and verified_gamma == self.current_gamma
+        cannot_draft = self._skipped_drafts.in_step(step.batch_ids, step.request_ids)
+        if self.sticky_zero:
+            # current_gamma is the K this step was scheduled with: at 0 the fast path skipped the drafter.
+            self._skipped_drafts.after_step(step.batch_ids, step.finished, self.current_gamma, step.pure_decode)
         feedback = StepFeedback(
             batch_size=step.batch_size,
             gamma=verified_gamma,
@@ -225,6 +235,7 @@ class AdaptiveController:
             batched_tokens=step.batched_tokens,
             request_ids=step.request_ids,
             batch_ids=step.batch_ids,
+            cannot_draft=cannot_draft,
         )
         self._drafted_with = self.current_gamma
         if self._samples is not None and step.batch_size > 0:
@@ -240,6 +251,10 @@ class AdaptiveController:
         if idle_after:
             self._idle = True
         self._maybe_publish(force=idle_after)
+
+    def _cohort_drained(self) -> None:
+        self._zero_cohort.drained()
+        self._skipped_drafts.clear()  # nobody is left: every skipped request finished
 
     def draft_lengths(self, offered: dict[str, int], caps: dict[str, int]) -> Optional[dict[str, int]]:
         """Drafts each request keeps for verification (per-request lengths and client caps), or None

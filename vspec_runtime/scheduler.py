@@ -143,7 +143,7 @@ class AdaptiveScheduler(Scheduler):
     # --- vspec logic ----------------------------------------------------------------------------
 
     def _choose_before_schedule(self) -> None:
-        batch_estimate = min(len(self.running) + len(self.waiting), self.max_num_running_reqs)
+        batch_estimate = vllm_adapter.drafting_batch_size(self)
         self._set_gamma(self._vspec.choose_gamma(batch_estimate))
 
     def _set_gamma(self, gamma: int) -> None:

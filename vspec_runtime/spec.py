@@ -52,8 +52,8 @@ class AdaptiveSettings(_Strict):
         "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
     gamma0_reprobe_steps: int = Field(
         256, ge=0, le=1_000_000, description="Sticky K=0: ask the policy again after this many held steps "
-                                             "(doubling while it keeps K=0) when the batch never drains; 0: only "
-                                             "when it drains.")
+                                             "(doubling after each probe that ends at K=0) when the batch never "
+                                             "drains; 0: only when it drains.")
     fixed_gamma: Optional[int] = Field(None, ge=0, le=MAX_GAMMA, description="K for policy fixed (default: gamma).")
     table: Optional[dict[int, int]] = Field(None, description="Policy table: batch size -> K (vLLM's lookup).")
     trace: Optional[str] = Field(None, description="Write one JSON line per decision to this file.")

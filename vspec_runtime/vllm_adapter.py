@@ -1,5 +1,6 @@
 """Everything the adaptive scheduler reads from vLLM's per-step objects, read here and nowhere else.
 
+``drafting_batch_size`` reads the scheduler's queues before a step for the batch K is chosen for;
 ``observed_step`` turns one verified step (vLLM's ``SchedulerOutput`` and ``ModelRunnerOutput``)
 into the controller's ``ObservedStep``; ``confidence_cuts`` reads the drafts the worker handed back
 (``DraftTokenIds``). Every member read here is in ``SYMBOLS`` and in
@@ -17,11 +18,23 @@ from typing import Any, Mapping, Optional
 
 from vspec_runtime.controller import ObservedStep
 
+_SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
 _OUT = "vllm.v1.core.sched.output:SchedulerOutput"
 _RUNNER_OUT = "vllm.v1.outputs:ModelRunnerOutput"
 
 # The SURFACE targets this module reads (tests/test_vllm_touch_points.py keeps the two in step).
 SYMBOLS = (
+    f"{_SCHED}.running",
+    f"{_SCHED}.waiting",
+    f"{_SCHED}.max_num_scheduled_tokens",
+    f"{_SCHED}.max_num_active_reqs",
+    f"{_SCHED}.kv_cache_manager",
+    f"{_SCHED}.block_size",
+    "vllm.v1.core.kv_cache_manager:KVCacheManager.block_pool",
+    "vllm.v1.core.block_pool:BlockPool.get_num_free_blocks",
+    "vllm.v1.request:Request.num_tokens",
+    "vllm.v1.request:Request.num_tokens_with_spec",
+    "vllm.v1.request:Request.num_output_placeholders",
     f"{_OUT}.scheduled_spec_decode_tokens",
     f"{_OUT}.num_invalid_spec_tokens",
     f"{_OUT}.num_scheduled_tokens",
@@ -42,6 +55,69 @@ SYMBOLS = (
 
 # The per-request cap a client sets through the OpenAI API: {"vllm_xargs": {"vspec_max_draft": 0}}.
 MAX_DRAFT_ARG = "vspec_max_draft"
+
+
+def drafting_batch_size(scheduler: Any) -> int:
+    """The requests that will sample a token, and so draft, in the step ``schedule()`` is about to build.
+
+    vLLM reads K inside ``schedule()``, after admission, at the number of requests it scheduled
+    (``dynamic_sd_lookup[len(num_scheduled_tokens)]``). vspec writes one K for every batch size before
+    ``schedule()``, so the controller needs that batch beforehand, and ``running + waiting`` overstates
+    it whenever requests queue: under continuous load the waiting queue holds what does not fit (no
+    free running slot, no token budget, no KV blocks), and a request given a prompt chunk that does
+    not finish its prompt samples nothing, so drafts nothing.
+
+    This replays ``schedule()``'s admission on counts: the running requests first, in order, each
+    taking what it still needs from the step's token budget (its token plus its drafts when decoding,
+    the rest of its prompt when prefilling), then the waiting ones in queue order while there is a
+    running slot (``max_num_active_reqs``), budget, and free KV blocks for what they are given. A
+    request drafts when it gets all it needs. Left out, so the count can be off by them: prefix-cache
+    hits (a cached prompt needs fewer tokens and blocks, so admissions are undercounted), blocks the
+    running requests take or free this step, preemption, ``long_prefill_token_threshold``, draft
+    slots, encoder budgets, LoRA limits and requests waiting for remote KV.
+
+    At least 1 while any request is in flight: 0 tells the controller that the engine went idle.
+    """
+    budget = scheduler.max_num_scheduled_tokens
+    drafting = 0
+    for request in scheduler.running:
+        if budget <= 0:
+            break
+        needed = request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+        if needed <= 0:
+            continue  # nothing to run this step (a step still in flight under async scheduling)
+        given = min(needed, budget)
+        budget -= given
+        drafting += given == needed
+    drafting += _admitted_and_drafting(scheduler, budget)
+    if drafting == 0 and (scheduler.running or len(scheduler.waiting)):
+        return 1
+    return drafting
+
+
+def _admitted_and_drafting(scheduler: Any, budget: int) -> int:
+    """Waiting requests that ``schedule()`` admits with their whole prompt, given the budget left."""
+    slots = scheduler.max_num_active_reqs - len(scheduler.running)
+    if budget <= 0 or slots <= 0 or not len(scheduler.waiting):
+        return 0
+    kv_cache_manager = scheduler.kv_cache_manager
+    block_pool = kv_cache_manager.block_pool
+    free_blocks = block_pool.get_num_free_blocks()
+    block_size = scheduler.block_size
+    drafting = 0
+    for request in scheduler.waiting:
+        needed = request.num_tokens - request.num_computed_tokens
+        given = min(needed, budget)
+        blocks = -(-given // block_size)
+        if blocks > free_blocks:
+            break  # vLLM stops admitting at the first request that does not fit
+        free_blocks -= blocks
+        budget -= given
+        slots -= 1
+        drafting += given == needed
+        if budget <= 0 or slots <= 0:
+            break
+    return drafting
 
 
 def observed_step(

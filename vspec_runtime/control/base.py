@@ -45,6 +45,9 @@ class StepFeedback:
     batched_tokens: int = 0  # tokens the target verified this step
     request_ids: tuple[str, ...] = ()  # the requests of ``drafted`` / ``accepted``, in order (if known)
     batch_ids: tuple[str, ...] = ()  # every request in the step, drafting or not (if known)
+    # Requests of the step that cannot draft whatever K (a model drafter skipped them in a sticky K=0
+    # cohort, control/sticky.py): their empty drafts say nothing about what a budget K commits.
+    cannot_draft: tuple[str, ...] = ()
 
     @property
     def committed_tokens(self) -> int:
@@ -67,15 +70,16 @@ class StepFeedback:
         n-gram on chat, whose rare multi-token matches are usually right, gains a lot from a large
         K, while each step at that K verifies more tokens for about nothing. EAGLE and draft models
         always fill K, so for them nothing changes. Unstable steps (prefills, a K switch) keep
-        the drafts as made: their budget is not one K.
+        the drafts as made: their budget is not one K. Requests that ``cannot_draft`` had no budget.
         """
-        if not self.stable or self.gamma <= 0 or len(self.drafted) > self.batch_size:
+        able = self.batch_size - len(self.cannot_draft)
+        if not self.stable or self.gamma <= 0 or len(self.drafted) > able:
             return self.drafted, self.accepted
-        missing = self.batch_size - len(self.accepted)
+        missing = able - len(self.accepted)
         accepted = self.accepted
         if accepted and max(accepted) > self.gamma:  # rare; max() keeps a batch of 256 cheap otherwise
             accepted = tuple(min(a, self.gamma) for a in accepted)
-        return (self.gamma,) * self.batch_size, tuple(accepted) + (0,) * missing
+        return (self.gamma,) * able, tuple(accepted) + (0,) * missing
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,14 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def observe(self, feedback: StepFeedback) -> None:
         """Feed back the outcome of a step that ran with the K this policy chose."""
+
+    def decide_next(self, batch_size: int) -> None:
+        """Make the next ``choose`` for ``batch_size`` a decision, not a "hold".
+
+        For a caller that held K without asking (the sticky K=0 cohort): the bucket's countdown is
+        where the last decision left it, and a re-probe that lands on a "hold" would keep K=0 with
+        nobody having looked. Policies without buckets decide every step anyway."""
+        self._bucket(max(1, int(batch_size))).countdown = 0
 
     def summary(self) -> dict[str, Any]:
         """A JSON-able summary (logged at shutdown, shown in metrics)."""

@@ -14,7 +14,7 @@ decayed per-position rates shrunk toward the pooled rates (``RequestAcceptance``
 per-request draft lengths). A request with no history yet (just admitted) gets the pooled curve, so a
 batch of new requests reads exactly as before. Trials are budget trials, as in the pooled model: on
 a stable step every request of the batch had K positions, and one the drafter left empty failed at
-the first.
+the first. Requests that cannot draft at all (``StepFeedback.cannot_draft``) are left out of both.
 
 Memory: one record per recently seen request (least recently seen dropped past ``max_requests``),
 positions each. Work: batch x K per decision.
@@ -36,12 +36,12 @@ class BatchAcceptance:
         self.batch: tuple[str, ...] = ()  # the latest step's requests: the best guess of the next batch
 
     def observe(self, feedback: StepFeedback) -> None:
-        self.batch = feedback.batch_ids
+        self.batch = _drafting_requests(feedback)
         budget = feedback.gamma if feedback.stable and feedback.gamma > 0 else 0
         if not budget and not feedback.request_ids:
             return  # nothing drafted (a K=0 step): no trials, and this runs on every step
         made = dict(zip(feedback.request_ids, zip(feedback.drafted, feedback.accepted)))
-        for request_id in feedback.batch_ids:
+        for request_id in self.batch:
             drafted, accepted = made.get(request_id, (0, 0))
             if budget:
                 drafted, accepted = budget, min(accepted, budget)
@@ -60,3 +60,13 @@ class BatchAcceptance:
                 committed += alive
                 totals[k] += committed
         return [total / len(self.batch) for total in totals]
+
+
+def _drafting_requests(feedback: StepFeedback) -> tuple[str, ...]:
+    """The requests of the step that can draft. Those that cannot (skipped by a sticky K=0 cohort)
+    commit one token whatever K; counting them would make K>0 look worthless for as long as they run,
+    and a re-probe under continuous load finds the whole batch in that state."""
+    if not feedback.cannot_draft:
+        return feedback.batch_ids
+    cannot = set(feedback.cannot_draft)
+    return tuple(request for request in feedback.batch_ids if request not in cannot)

@@ -53,6 +53,14 @@ class GuardedPolicy(Policy):
         except Exception as exc:  # noqa: BLE001
             self._trip("observe", exc)
 
+    def decide_next(self, batch_size: int) -> None:
+        if self.faulted:
+            return
+        try:
+            self.inner.decide_next(batch_size)
+        except Exception as exc:  # noqa: BLE001
+            self._trip("decide_next", exc)
+
     def summary(self) -> dict[str, Any]:
         guard = {"faulted": self.faulted, "safe_gamma": self.safe_gamma, "fault": self.fault}
         try:

@@ -63,7 +63,7 @@ from dataclasses import replace
 from typing import Any
 
 from vspec_runtime.control.acceptance import AcceptanceStats
-from vspec_runtime.control.base import Policy, StepFeedback, Target
+from vspec_runtime.control.base import Decision, Policy, StepFeedback, Target
 from vspec_runtime.control.batch_acceptance import BatchAcceptance
 from vspec_runtime.control.bucket_state import BucketState, bucket_summary
 from vspec_runtime.control.online_config import OnlineConfig
@@ -95,6 +95,14 @@ class OnlinePolicy(Policy):
         self._rng = random.Random(config.seed)
         self._steps = 0
         self._phase_changes_seen = 0
+        self._running: tuple[int, int] | None = None  # (bucket, K) of the latest step
+
+    def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
+        """``Policy.choose``, once a bucket entered with another K running has decided whether to keep it."""
+        self._carry_running_gamma(batch_size)
+        decision = super().choose(batch_size, max_feasible_gamma)
+        self._running = (decision.bucket, decision.gamma)
+        return decision
 
     # -- the Policy interface --------------------------------------------------------------------
 
@@ -102,9 +110,10 @@ class OnlinePolicy(Policy):
         self._steps += 1
         if feedback.batch_size < 1:
             return
-        drafted, accepted = feedback.acceptance_trials()
-        if drafted:
-            self.acceptance.update(drafted, accepted)
+        # Every step, drafts or not: a step without any (K=0: vLLM schedules no draft tokens at all)
+        # still ages the evidence of undrafted positions, so that sitting at K=0 drifts the model back
+        # to its prior and makes a K>0 worth a look again. Skipping such steps froze it at K=0.
+        self.acceptance.update(*feedback.acceptance_trials())
         if self.batch_acceptance is not None:
             self.batch_acceptance.observe(feedback)
         if not feedback.is_cost_sample(self.config.max_gamma):
@@ -159,6 +168,46 @@ class OnlinePolicy(Policy):
 
     # -- buckets ---------------------------------------------------------------------------------
 
+    def _carry_running_gamma(self, batch_size: int) -> None:
+        """Hysteresis across buckets: a bucket entered with another K running adopts that K unless its
+        estimates, as they stand now, say its own K is better by more than ``hysteresis``; a bucket
+        that has measured nothing adopts it anyway.
+
+        Each bucket keeps its own K, so a batch that hovers at a power of two (8, 9, 8, ...) would
+        switch K at every crossing, and a bucket that only ever sees admission steps (never a cost
+        sample) keeps its start K. Measured under Poisson arrivals (``simulate.continuous_load``):
+        half of the switches came from crossings between near-tied buckets; with a batch
+        alternating 8 and 9 every step, K went 2, 6, 2, 6 and lost 10% of the goodput. "Now"
+        matters: the rewards a bucket kept from its last decision may predate a change of phase (a
+        re-probe of a sticky K=0 finds good drafts in one bucket, and the next bucket, left at K=0
+        with the old rewards, would end it).
+        """
+        if self._running is None:
+            return
+        key, running = self._running
+        bucket = self._bucket(batch_size)
+        if bucket.key == key or bucket.gamma == running:
+            return
+        if not bucket.samples:
+            bucket.gamma = running  # nothing measured here: the running K is as good a start as any
+            return
+        estimates = self._estimates_now(bucket)
+        own, carried = estimates.get(bucket.gamma), estimates.get(running)
+        if own is not None and carried is not None and own <= carried * (1.0 + self.config.hysteresis):
+            bucket.gamma = running
+
+    def _estimates_now(self, bucket: BucketState) -> dict[int, float]:
+        """What a decision of ``bucket`` would estimate for each K now (measured or predicted)."""
+        low, high = self.rules.min_gamma, self.config.max_gamma
+        measured = bucket.measured(low, high)
+        if not measured:
+            return {}
+        if not self.config.model_guided:
+            estimates = {gamma: arm.goodput_tokens_per_ms for gamma, arm in measured.items()}
+            return {**bucket.neighbour_priors(estimates, low, high), **estimates}
+        estimates, _, predicted = self._guided_estimates(bucket, measured, low, high)
+        return {**estimates, **{gamma: point for gamma, (point, _) in predicted.items()}}
+
     def _bucket(self, batch_size: int) -> BucketState:
         key = bucket_of(batch_size)
         bucket = self._buckets.get(key)
@@ -196,12 +245,21 @@ class OnlinePolicy(Policy):
             target, reason = self._guided_target(bucket, measured, current, low, high)
         else:
             target, reason = self._plain_target(bucket, measured, current, low, high)
+        if self._stops_on_thin_evidence(current, target):
+            target, reason = current, "hold"  # K=0 ends the evidence: stop drafting on enough of it
         if bucket.gamma > high and target == high:
             # The cap, not the policy, set this K: the bucket ran above the cap and the move ends on
             # it. Only this policy relabels such decisions (the profile policy keeps its reason); the
             # label also keeps them out of the warm-up count.
             reason = "infeasible"
         return Target(target, reason, bucket.rewards)
+
+    def _stops_on_thin_evidence(self, current: int, target: int) -> bool:
+        """Whether this move would reach K=0 (within one step limit) on fewer acceptance trials than
+        ``evidence_to_stop``; a move toward 0 that stops short of it goes ahead."""
+        max_step = self.rules.max_gamma_step
+        reaches_zero = target == 0 < current and (max_step is None or current <= max_step)
+        return reaches_zero and self.acceptance.evidence(1) < self.config.evidence_to_stop
 
     def _record(self, bucket: BucketState, gamma: int, reason: str) -> None:
         super()._record(bucket, gamma, reason)
@@ -212,11 +270,8 @@ class OnlinePolicy(Policy):
     def _guided_target(
         self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
     ) -> tuple[int, str]:
-        expected = self.expected_committed_curve()
-        estimates = {gamma: expected[gamma] / arm.ms_per_request_step for gamma, arm in measured.items()}
+        estimates, margins, predicted = self._guided_estimates(bucket, measured, low, high)
         best_estimate = max(estimates.values())
-        margins = bucket.noise_margins(self.config.noise_z)
-        predicted = self._predict_unmeasured(bucket, expected, margins, low, high)
         bucket.rewards = {**estimates, **{gamma: point for gamma, (point, _) in predicted.items()}}
         candidates = {
             gamma: optimistic
@@ -234,6 +289,16 @@ class OnlinePolicy(Policy):
             bucket.exploring = True
             return self._argmax(contenders, current), "explore"
         return self._exploit(bucket, measured, estimates, current)
+
+    def _guided_estimates(
+        self, bucket: BucketState, measured: dict[int, ArmWindow], low: int, high: int
+    ) -> tuple[dict[int, float], dict[int, float], dict[int, tuple[float, float]]]:
+        """Goodput now of the measured arms (today's E[K] over each arm's cost), their noise margins,
+        and the point and optimistic predictions of the unmeasured arms in [low, high]."""
+        expected = self.expected_committed_curve()
+        estimates = {gamma: expected[gamma] / arm.ms_per_request_step for gamma, arm in measured.items()}
+        margins = bucket.noise_margins(self.config.noise_z)
+        return estimates, margins, self._predict_unmeasured(bucket, expected, margins, low, high)
 
     def expected_committed_curve(self) -> list[float]:
         """E[K] for K = 0..max: of the requests in the batch (their own acceptance), or pooled."""

@@ -34,6 +34,13 @@ class OnlineConfig:
     # A measured arm with fewer samples than this whose estimate is within the hysteresis of the
     # best is visited again: four noisy steps must not decide between two arms 2% apart for good.
     confident_samples: int = 16
+    # K>0 goes to 0 only on at least this many (decayed) acceptance trials of the first draft. At K=0
+    # nothing drafts, so nothing could correct a K=0 chosen on a few unlucky drafts; and a re-probe
+    # of a sticky K=0 under continuous load drafts only for the requests that arrived since (about
+    # one in ten steps at batch 8), so its first one or two rejected drafts ended it (simulated:
+    # K>0 came back 2,000 steps after acceptance rose instead of 20). A full batch gives this many
+    # trials in a step or two, so elsewhere it changes nothing.
+    evidence_to_stop: float = 16.0
     noise_z: float = 2.0  # width, in standard errors, of an arm's plausible cost range
     # An arm preferred over the current one at this many decisions in a row wins even within the
     # hysteresis (0: never). Noise alternates its preference, a real gap does not, so this keeps
@@ -82,6 +89,8 @@ def _config_problems(config: OnlineConfig):
         yield f"confident_samples must be >= 1, got {config.confident_samples}"
     if config.patience_decisions < 0:
         yield f"patience_decisions must be >= 0, got {config.patience_decisions}"
+    if not config.evidence_to_stop >= 0.0:
+        yield f"evidence_to_stop must be >= 0, got {config.evidence_to_stop}"
     if config.window < 1:
         yield f"window must be >= 1, got {config.window}"
     for name in (

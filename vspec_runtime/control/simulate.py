@@ -17,11 +17,20 @@ Latency model (milliseconds per step, B requests, K drafts each):
 
 times a multiplicative noise (1 + noise * N(0, 1)). ``knee_tokens`` models verification that is
 free while memory-bound and linear once compute-bound, which is what makes the best K depend on B.
+
+Continuous load (``continuous_load``): requests arrive as a Poisson process, each runs a drawn number
+of steps, and the batch (capped at ``max_batch``, the rest queue) changes step by step and never
+empties. The requests have identities (``RequestStream``), so a step that admits one is not a pure
+decode step, and a model drafter under sticky K=0 can be modelled as the engine runs it
+(``Scenario.drafter_skipped_at_zero``).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
@@ -72,14 +81,87 @@ class LatencyModel:
     draft_ms_per_token: float = 0.0
     noise: float = 0.03
 
-    def step_ms(self, batch_size: int, gamma: int) -> float:
-        verified = batch_size * (gamma + 1)
+    def step_ms(self, batch_size: int, gamma: int, verified: int | None = None) -> float:
+        """``verified``: tokens the target checks, B*(K+1) unless some requests had no drafts."""
+        if verified is None:
+            verified = batch_size * (gamma + 1)
         return (
             self.base_ms
             + self.verify_ms_per_token * max(0, verified - self.knee_tokens)
             + self.draft_ms_per_forward * gamma
             + self.draft_ms_per_token * batch_size * gamma
         )
+
+
+@dataclass(frozen=True)
+class RequestStream:
+    """The requests in each step of a server that never drains; ids count up and never repeat."""
+
+    live: tuple[tuple[int, ...], ...] = field(repr=False)
+    arrivals_per_step: float
+    mean_steps: float
+    max_batch: int
+
+    def at(self, step: int) -> tuple[int, ...]:
+        return self.live[min(step, len(self.live) - 1)]
+
+    def admits_at(self, step: int) -> bool:
+        """Whether a request joins the batch at ``step`` (its prefill: not a pure decode step)."""
+        if step == 0:
+            return True
+        newest_before = max(self.at(step - 1), default=-1)
+        return any(request > newest_before for request in self.at(step))
+
+    def batch_changes(self) -> tuple[tuple[int, int], ...]:
+        """(first step, batch size) at every change of size: ``Scenario.batches``."""
+        changes: list[tuple[int, int]] = []
+        for step, requests in enumerate(self.live):
+            if not changes or changes[-1][1] != len(requests):
+                changes.append((step, len(requests)))
+        return tuple(changes)
+
+
+def poisson_stream(steps: int, arrivals_per_step: float, mean_steps: float, max_batch: int, *,
+                   seed: int = 0) -> RequestStream:
+    """Poisson arrivals, exponentially distributed lengths (in steps, at least 1), first come first
+    served into at most ``max_batch`` running requests.
+
+    It starts at the steady state (arrival rate x mean length requests running) rather than empty,
+    and never drains: when the last request leaves with nobody queued, one arrives.
+    """
+    rng = random.Random(seed)
+
+    def length() -> int:
+        return max(1, round(rng.expovariate(1.0 / mean_steps)))
+
+    steady = min(max_batch, max(1, round(arrivals_per_step * mean_steps)))
+    running = {request: length() for request in range(steady)}  # id -> steps left
+    queue: deque[int] = deque()
+    next_id = steady
+    live = []
+    for _ in range(steps):
+        arrivals = _poisson(rng, arrivals_per_step)
+        if not (arrivals or running or queue):
+            arrivals = 1  # the last request left: the next one arrives at once
+        queue.extend(range(next_id, next_id + arrivals))
+        next_id += arrivals
+        while queue and len(running) < max_batch:
+            running[queue.popleft()] = length()
+        live.append(tuple(running))
+        for request in live[-1]:
+            running[request] -= 1
+            if not running[request]:
+                del running[request]
+    return RequestStream(tuple(live), arrivals_per_step, mean_steps, max_batch)
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """One Poisson draw (Knuth's product of uniforms: fine for the small means of arrivals per step)."""
+    threshold, count, product = math.exp(-mean), 0, rng.random()
+    while product > threshold:
+        count += 1
+        product *= rng.random()
+    return count
 
 
 @dataclass(frozen=True)
@@ -98,6 +180,12 @@ class Scenario:
     # The step cost can change with the workload too (an n-gram drafter fills its budget on copy-like
     # text and not on chat): ((start_step, LatencyModel), ...) replace ``latency`` from each start.
     later_latencies: tuple[tuple[int, LatencyModel], ...] = ()
+    # Continuous load: who runs in each step (``batches`` is then derived from it).
+    stream: RequestStream | None = None
+    # A model drafter under sticky K=0, as the engine runs it (patches/k0_fast_path.py): a pure decode
+    # step at K=0 skips the drafter, and the requests of that step draft nothing for the rest of
+    # their lives, whatever K comes later. Needs a ``stream`` (request identities).
+    drafter_skipped_at_zero: bool = False
 
     def latency_at(self, step: int) -> LatencyModel:
         latency = self.latency
@@ -107,11 +195,9 @@ class Scenario:
         return latency
 
     def batch_at(self, step: int) -> int:
-        batch = self.batches[0][1]
-        for start, size in self.batches:
-            if step >= start:
-                batch = size
-        return batch
+        # A continuous-load schedule changes size hundreds of times: bisect, not a scan.
+        index = bisect.bisect_right(self.batches, (step, math.inf)) - 1
+        return self.batches[max(0, index)][1]
 
     def max_feasible_gamma(self, batch_size: int) -> int:
         if self.max_num_batched_tokens is None:
@@ -193,10 +279,14 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
     noise_rng = random.Random(seed + 1_000_003)
     result = SimulationResult()
     previous_batch = None
+    engine = _StreamEngine(scenario) if scenario.stream is not None else None
     for step in range(steps):
         batch = scenario.batch_at(step)
         decision = policy.choose(batch, scenario.max_feasible_gamma(batch))
-        feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
+        if engine is not None:
+            feedback = engine.step(step, decision.gamma, requests_rng, noise_rng)
+        else:
+            feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
         policy.observe(feedback)
         _record(result, decision, feedback)
         previous_batch = batch
@@ -224,6 +314,47 @@ def _simulate_step(scenario, step, batch, decision: Decision, previous_batch, re
         context_tokens=batch * scenario.context_tokens_per_request,
         batched_tokens=batch * (gamma + 1),
     )
+
+
+class _StreamEngine:
+    """Steps of a continuous-load scenario: named requests, and the drafter cache a skipped K=0 step
+    leaves behind (``Scenario.drafter_skipped_at_zero``).
+
+    The same draws per step as ``_simulate_step`` (one uniform per request, a noise and an unstable
+    draw), so policies compared on one scenario and seed see the same requests and the same noise.
+    """
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.stream = scenario.stream
+        self.stale: set[int] = set()  # requests whose drafter was skipped: they never draft again
+
+    def step(self, step: int, gamma: int, requests_rng: random.Random, noise_rng: random.Random) -> StepFeedback:
+        scenario, requests = self.scenario, self.stream.at(step)
+        probabilities = scenario.acceptance.probabilities(step)
+        uniforms = [requests_rng.random() for _ in requests]
+        self.stale.intersection_update(requests)  # finished requests leave the set
+        drafting = [(request, uniform) for request, uniform in zip(requests, uniforms) if request not in self.stale]
+        accepted = tuple(accepted_run(uniform, probabilities, gamma) for _, uniform in drafting) if gamma else ()
+        noise, unstable_draw = noise_rng.gauss(0.0, 1.0), noise_rng.random()
+        pure_decode = not self.stream.admits_at(step)
+        verified = len(requests) + gamma * len(drafting)
+        latency = scenario.latency_at(step)
+        interval_ms = latency.step_ms(len(requests), gamma, verified) * max(0.2, 1.0 + latency.noise * noise)
+        if scenario.drafter_skipped_at_zero and gamma == 0 and pure_decode:
+            self.stale.update(requests)
+        return StepFeedback(
+            batch_size=len(requests),
+            gamma=gamma,
+            drafted=(gamma,) * len(accepted),
+            accepted=accepted,
+            interval_ms=interval_ms,
+            stable=pure_decode and unstable_draw >= scenario.unstable_rate,
+            context_tokens=len(requests) * scenario.context_tokens_per_request,
+            batched_tokens=verified,
+            request_ids=tuple(f"r{request}" for request, _ in drafting) if gamma else (),
+            batch_ids=tuple(f"r{request}" for request in requests),
+        )
 
 
 def _record(result: SimulationResult, decision: Decision, feedback: StepFeedback) -> None:
@@ -348,11 +479,36 @@ def workload_shift(cell_steps: int = 300) -> Scenario:
     )
 
 
+def continuous_load(steps: int = 4000, *, arrivals_per_step: float = 0.1, mean_steps: float = 80.0,
+                    max_batch: int = 16, acceptance: AcceptanceProcess | None = None,
+                    latency: LatencyModel | None = None, drafter_skipped_at_zero: bool = False,
+                    seed: int = 0) -> Scenario:
+    """(f) A server under continuous load: Poisson arrivals (0.1 a step), lengths of 80 steps on
+    average, at most 16 running; about 8 run at once, changing every few steps, never empty.
+
+    Verification is free up to 16 tokens and 0.5 ms a token beyond, a draft forward costs 1 ms (a
+    small model drafter): at p = 0.75 the best K is 6 at batch 2, 3 at 4-6, 2 at 8-16, and several
+    batch sizes have a runner-up within 1% of the best, so a policy that follows every change of
+    the batch buys nothing with its switches.
+    """
+    stream = poisson_stream(steps, arrivals_per_step, mean_steps, max_batch, seed=seed)
+    return Scenario(
+        "continuous-load",
+        acceptance or AcceptanceProcess.constant(0.75),
+        latency or LatencyModel(base_ms=20.0, verify_ms_per_token=0.5, knee_tokens=16, draft_ms_per_forward=1.0),
+        batches=stream.batch_changes(),
+        steps=steps,
+        stream=stream,
+        drafter_skipped_at_zero=drafter_skipped_at_zero,
+    )
+
+
 SCENARIOS = {
     "high-acceptance": high_acceptance,
     "useless-drafter": useless_drafter,
     "batch-dependent": batch_dependent,
     "phase-change": phase_change,
+    "continuous-load": continuous_load,
 }
 
 
@@ -366,3 +522,4 @@ def goodput_ratio(policy: Policy, scenario: Scenario, *, seed: int = 0) -> tuple
     result = run(policy, None, scenario, seed=seed)
     oracle = run_oracle(scenario, seed=seed)
     return result.goodput_tokens_per_ms / oracle.goodput_tokens_per_ms, result
+

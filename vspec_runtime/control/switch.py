@@ -18,7 +18,7 @@ from vspec_runtime.control.base import Decision, Policy, StepFeedback
 
 
 class PolicySwitch:
-    """Duck-types ``Policy``: ``choose``/``observe``/``summary`` go to the active labelled policy."""
+    """Duck-types ``Policy``: ``choose``/``observe``/``decide_next``/``summary`` go to the active labelled policy."""
 
     name = "switch"
 
@@ -45,6 +45,9 @@ class PolicySwitch:
 
     def observe(self, feedback: StepFeedback) -> None:
         self.policies[self.active].observe(feedback)
+
+    def decide_next(self, batch_size: int) -> None:
+        self.policies[self.active].decide_next(batch_size)
 
     @property
     def faulted(self) -> bool:

@@ -68,9 +68,9 @@ def make(tmp_path, gammas, method="ngram", policy=None, **adaptive):
                               clock=lambda: float(next(clock))), policy
 
 
-def step(batch=2, drafted=(2, 2), accepted=(1, 2), start=0.0, end=0.010, pure=True):
+def step(batch=2, drafted=(2, 2), accepted=(1, 2), start=0.0, end=0.010, pure=True, **gammas):
     return ObservedStep(drafted=drafted, accepted=accepted, batch_size=batch, pure_decode=pure,
-                        scheduled_at=start, completed_at=end)
+                        scheduled_at=start, completed_at=end, **gammas)
 
 
 def test_feedback_is_attributed_to_the_k_that_drafted_the_verified_tokens(tmp_path):
@@ -84,6 +84,21 @@ def test_feedback_is_attributed_to_the_k_that_drafted_the_verified_tokens(tmp_pa
     assert [f.gamma for f in policy.seen[1:]] == [2, 2]
     assert policy.seen[1].stable is True
     assert policy.seen[2].stable is False            # verified K=2 drafts but drafted K=3: mixed costs
+
+
+def test_overlapping_steps_are_attributed_to_the_k_the_scheduler_remembered(tmp_path):
+    """Async scheduling: the next step's K is chosen before this step is observed."""
+    controller, policy = make(tmp_path, [2, 3, 3, 3])
+    controller.choose_gamma(2)                       # step 1 drafts with K=2
+    controller.choose_gamma(2)                       # step 2 (verifies K=2) drafts with K=3
+    controller.observe_step(step(start=0.0, end=0.010, verified_gamma=4, drafting_gamma=2))
+    controller.choose_gamma(2)                       # step 3 (verifies K=3) drafts with K=3
+    controller.observe_step(step(start=0.005, end=0.020, verified_gamma=2, drafting_gamma=3))
+    controller.choose_gamma(2)
+    controller.observe_step(step(start=0.015, end=0.030, verified_gamma=3, drafting_gamma=3))
+    assert [f.gamma for f in policy.seen[1:]] == [2, 3]
+    assert [f.stable for f in policy.seen[1:]] == [False, True]
+    assert round(policy.seen[2].interval_ms, 3) == 10.0  # from the previous completion, not its schedule()
 
 
 def test_interval_does_not_count_idle_time_or_overlap(tmp_path):

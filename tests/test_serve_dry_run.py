@@ -183,23 +183,46 @@ def test_missing_config_file_is_exit_2(capsys, tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.stderr
 
 
-def test_adaptive_k_turns_async_scheduling_off_and_says_so(capsys):
-    """vspec's scheduler is synchronous; vLLM 0.32 on CUDA would schedule eagle/draft asynchronously."""
-    argv = plan(capsys, "eagle")["argv"]
-    assert "--scheduler-cls" in argv and "--no-async-scheduling" in argv
+def test_adaptive_k_leaves_async_scheduling_to_vllm(capsys):
+    """vspec's scheduler follows whichever scheduling vLLM resolves (tests/test_scheduler_base_classes.py)."""
+    for preset in ("eagle", "draft-adaptive", "demo"):
+        argv = plan(capsys, preset)["argv"]
+        assert "--scheduler-cls" in argv and "--no-async-scheduling" not in argv, preset
+    given = run_cli(capsys, "serve", "eagle", "--dry-run", "--json", "--", "--async-scheduling")
+    assert given.exit_code == 0 and json.loads(given.stdout)["argv"][-1] == "--async-scheduling"
+    assert "async scheduling off" not in given.stderr
+
+
+@pytest.mark.parametrize(("setting", "feature"), [
+    ("adaptive.per_request=true", "per-request draft lengths"),
+    ("adaptive.entropy_stop=true", "confidence stop"),
+])
+def test_features_that_trim_drafts_in_the_scheduler_turn_async_scheduling_off_and_say_why(capsys, setting, feature):
+    result = run_cli(capsys, "serve", "eagle", "--set", setting, "--dry-run", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["argv"].count("--no-async-scheduling") == 1
+    assert "async scheduling off" in result.stderr and feature in result.stderr
+    given = run_cli(capsys, "serve", "eagle", "--set", setting, "--dry-run", "--json", "--", "--no-async-scheduling")
+    assert json.loads(given.stdout)["argv"].count("--no-async-scheduling") == 1
+    assert "async scheduling off" not in given.stderr  # the user said so: nothing to explain
+
+
+def test_confidence_stop_turns_async_scheduling_off_with_a_fixed_k_too(capsys):
+    argv = plan(capsys, "eagle", "--no-adaptive-enabled", "--set", "adaptive.entropy_stop=true")["argv"]
+    assert "--scheduler-cls" not in argv and "--no-async-scheduling" in argv
     assert "--no-async-scheduling" not in plan(capsys, "eagle", "--no-adaptive-enabled")["argv"]
     assert "--no-async-scheduling" not in plan(capsys, "demo", "--no-speculation")["argv"]
-    given = run_cli(capsys, "serve", "eagle", "--dry-run", "--json", "--", "--no-async-scheduling")
-    assert json.loads(given.stdout)["argv"].count("--no-async-scheduling") == 1
 
 
-def test_async_scheduling_with_adaptive_k_is_refused(capsys):
-    result = run_cli(capsys, "serve", "eagle", "--dry-run", "--json", "--", "--async-scheduling")
+def test_async_scheduling_with_a_feature_that_needs_it_off_is_refused(capsys):
+    result = run_cli(capsys, "serve", "eagle", "--set", "adaptive.per_request=true", "--dry-run", "--json",
+                     "--", "--async-scheduling")
     assert result.exit_code == 2 and "drop --async-scheduling" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "per-request draft lengths" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_the_engine_kwargs_turn_async_scheduling_off_for_adaptive_k():
+    """Bench and profile engines stay synchronous (see vllm_engine_kwargs)."""
     from vspec_cli.launch import vllm_engine_kwargs
     from vspec_runtime.spec import validate_spec
 

@@ -124,6 +124,8 @@ _OBJECTS = {
     "request": "vllm.v1.request:Request",
     "sampling_params": "vllm.sampling_params:SamplingParams",
     "requests": "vllm.v1.request:Request",  # requests[rid].x: one request of the table
+    "vllm_config": "vllm.config.vllm:VllmConfig",
+    "scheduler_config": "vllm.config.scheduler:SchedulerConfig",
 }
 
 
@@ -146,6 +148,7 @@ def _members_read(path: Path) -> set[str]:
 def test_every_member_the_scheduler_reads_is_listed_for_adaptive():
     read = _members_read(REPO / "vspec_runtime" / "scheduler.py")
     assert "vllm.v1.core.sched.scheduler:Scheduler.running" in read
+    assert "vllm.config.scheduler:SchedulerConfig.async_scheduling" in read  # picks the base class
     by_target = {sym.target: sym for sym in SURFACE}
     unlisted = sorted(read - TARGETS)
     assert not unlisted, f"add these to vllm_surface.SURFACE: {unlisted}"

@@ -55,6 +55,18 @@ def build_llama(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, l
     return _save(model, target, tokenizer_dir)
 
 
+def write_llama_config(target: Path, vocab_size: int = 1024) -> Path:
+    """Only the config.json of a tiny Llama: enough for vLLM's ModelConfig and scheduler tests, which
+    never load weights or a tokenizer (build it with ``skip_tokenizer_init=True``)."""
+    from transformers import LlamaConfig
+
+    target.mkdir(parents=True, exist_ok=True)
+    config = LlamaConfig(**_common(vocab_size, hidden=128, layers=2), bos_token_id=1, eos_token_id=2)
+    config.architectures = ["LlamaForCausalLM"]
+    config.save_pretrained(target)
+    return target
+
+
 def build_qwen2(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 2, hidden: int = 128) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

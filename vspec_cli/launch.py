@@ -19,12 +19,18 @@ from typing import Any, Optional
 from vspec_runtime.spec import RuntimeSpec
 
 SCHEDULER_CLS = "vspec_runtime.scheduler.AdaptiveScheduler"
-# AdaptiveScheduler subclasses vLLM's synchronous Scheduler. On CUDA, vLLM 0.32 turns async scheduling
-# on by default for eagle and draft models and then expects AsyncScheduler behaviour (draft
-# placeholders sized in _update_after_schedule, drafts delivered with the output), which this class
-# does not have; the CPU platform forces async off anyway. So adaptive K runs with it off, said aloud.
+# AdaptiveScheduler runs over vLLM's Scheduler or AsyncScheduler, whichever vLLM resolves (on CUDA,
+# vLLM 0.32 schedules eagle and draft models asynchronously by default; the CPU platform never does),
+# so vLLM decides. Under async scheduling the drafts go from the model runner straight to the next
+# step, never through the scheduler, so the features that act on them there need it off: for those
+# vspec turns it off and says why (SYNC_ONLY_FEATURES).
 SYNC_SCHEDULING_FLAG = "--no-async-scheduling"
 ASYNC_SCHEDULING_FLAG = "--async-scheduling"
+# adaptive field -> what it is, for the features that work only on drafts passing through the scheduler.
+SYNC_ONLY_FEATURES = {
+    "per_request": "per-request draft lengths (adaptive.per_request)",
+    "entropy_stop": "confidence stop (adaptive.entropy_stop)",
+}
 VLLM_METHOD = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3"}
 # Without an explicit max_num_seqs the dynamic-K table must still cover every batch size vLLM may run.
 DEFAULT_TABLE_MAX_BATCH = 1024
@@ -130,23 +136,45 @@ def vllm_engine_kwargs(spec: RuntimeSpec, target_path: str, drafter_path: Option
         kwargs["speculative_config"] = spec_config
     if spec.adaptive_active:
         kwargs["scheduler_cls"] = SCHEDULER_CLS
-        kwargs["async_scheduling"] = False  # see SYNC_SCHEDULING_FLAG
+    if spec.adaptive_active or sync_only_features(spec):
+        # Bench and profile engines stay synchronous: the interleaved bench turns per-request lengths
+        # on per label inside the engine (not visible in this spec), and every step cost vspec has
+        # measured and fitted (docs/benchmarks.md, latency profiles) is a synchronous step's.
+        kwargs["async_scheduling"] = False
     return kwargs
 
 
-def scheduling_args(spec: RuntimeSpec, vllm_args: tuple[str, ...]) -> list[str]:
-    """``--no-async-scheduling`` for adaptive K (see SYNC_SCHEDULING_FLAG), unless the user already said so.
-
-    Raises UserInputError when the user asks for async scheduling together with adaptive K.
-    """
-    if not spec.adaptive_active or SYNC_SCHEDULING_FLAG in vllm_args:
+def sync_only_features(spec: RuntimeSpec) -> list[str]:
+    """The features of ``spec`` that need vLLM's synchronous scheduling (see SYNC_ONLY_FEATURES)."""
+    if not spec.speculating:
         return []
-    if any(arg == ASYNC_SCHEDULING_FLAG or arg.startswith(ASYNC_SCHEDULING_FLAG + "=") for arg in vllm_args):
+    on = {"per_request": spec.adaptive_active and spec.adaptive.per_request,
+          "entropy_stop": spec.adaptive.entropy_stop}
+    return [label for field, label in SYNC_ONLY_FEATURES.items() if on[field]]
+
+
+def _asks_for_async(vllm_args: tuple[str, ...]) -> bool:
+    return any(arg == ASYNC_SCHEDULING_FLAG or arg.startswith(ASYNC_SCHEDULING_FLAG + "=") for arg in vllm_args)
+
+
+def scheduling_args(spec: RuntimeSpec, vllm_args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(vLLM flags, notes for the operator): ``--no-async-scheduling`` when a feature needs it.
+
+    Otherwise nothing: vLLM resolves async scheduling and vspec's scheduler follows it. Raises
+    UserInputError when the user asks for async scheduling together with such a feature.
+    """
+    features = sync_only_features(spec)
+    if not features or SYNC_SCHEDULING_FLAG in vllm_args:
+        return [], []
+    listed = " and ".join(features)
+    if _asks_for_async(vllm_args):
         from vspec_cli._errors import UserInputError
 
-        raise UserInputError("adaptive K runs vspec's synchronous scheduler: drop --async-scheduling, "
-                             "or serve a fixed K with --no-adaptive-enabled")
-    return [SYNC_SCHEDULING_FLAG]
+        raise UserInputError(f"{listed} act on each step's drafts in vLLM's scheduler, which async scheduling "
+                             f"bypasses: drop --async-scheduling, or turn them off")
+    note = (f"async scheduling off ({SYNC_SCHEDULING_FLAG}): {listed} act on each step's drafts in vLLM's "
+            f"scheduler, which async scheduling bypasses")
+    return [SYNC_SCHEDULING_FLAG], [note]
 
 
 def build_launch(
@@ -173,8 +201,9 @@ def build_launch(
         argv += ["--speculative-config", json.dumps(spec_config, separators=(",", ":"))]
     if spec.adaptive_active:
         argv += ["--scheduler-cls", SCHEDULER_CLS]
-    argv += scheduling_args(spec, tuple(serving.extra_args) + tuple(vllm_args))
+    scheduling, notes = scheduling_args(spec, tuple(serving.extra_args) + tuple(vllm_args))
+    argv += scheduling
     argv += list(serving.extra_args) + list(vllm_args)
 
     env = {"VSPEC_SPEC": spec.to_json(), **cpu_build_environment(), **device_environment(serving.device)}
-    return LaunchPlan(argv=argv, env=env)
+    return LaunchPlan(argv=argv, env=env, notes=notes)

@@ -1,10 +1,11 @@
 """AdaptiveController: the policy plus everything around it that is not vLLM-specific.
 
 The scheduler (the only vLLM-facing piece) calls ``choose_gamma`` before each ``schedule()`` and
-``observe_step`` after each ``update_from_output``. This module keeps the bookkeeping that a policy
-should not care about: which K produced the drafts being verified (drafts are made one step ahead),
-timing of non-overlapping step intervals, the sticky K=0 cohort, the trace file, the /metrics
-snapshot and the shutdown summary. Pure Python: unit-testable without vLLM.
+``observe_step`` after each ``update_from_output`` (under asynchronous scheduling, after the next
+``choose_gamma``). This module keeps the bookkeeping that a policy should not care about: which K
+produced the drafts being verified (drafts are made one step ahead), timing of non-overlapping step
+intervals, the sticky K=0 cohort, the trace file, the /metrics snapshot and the shutdown summary.
+Pure Python: unit-testable without vLLM.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class ObservedStep:
     request_ids: tuple[str, ...] = ()  # aligned with drafted / accepted
     batch_ids: tuple[str, ...] = ()  # every request in the step, drafting or not
     finished: tuple[str, ...] = ()  # requests that finished since the previous step
+    # The K that made the drafts this step verified, and the K it asked the drafter for, as the
+    # scheduler saw them at schedule(). None: inferred from the order of the controller's own calls,
+    # which holds only when every step is observed before the next is chosen (synchronous scheduling).
+    verified_gamma: Optional[int] = None
+    drafting_gamma: Optional[int] = None
 
 
 class FaultInjectingPolicy(Policy):
@@ -211,7 +217,7 @@ class AdaptiveController:
 
     def observe_step(self, step: ObservedStep, idle_after: bool = False) -> None:
         """``idle_after``: no request is left, so publish now (no later step would)."""
-        verified_gamma = self._drafted_with if self._drafted_with is not None else self.current_gamma
+        verified_gamma, drafting_gamma = self._gammas_of(step)
         interval_start = step.scheduled_at
         if self._last_completed_at is not None:
             interval_start = max(interval_start, self._last_completed_at)
@@ -219,11 +225,11 @@ class AdaptiveController:
         self._last_completed_at = step.completed_at
         # Stable: a pure decode step whose verified drafts and new drafts used the same K, so the
         # interval's cost and its committed tokens both belong to that K.
-        stable = step.pure_decode and verified_gamma == self.current_gamma
+        stable = step.pure_decode and verified_gamma == drafting_gamma
         cannot_draft = self._skipped_drafts.in_step(step.batch_ids, step.request_ids)
         if self.sticky_zero:
-            # current_gamma is the K this step was scheduled with: at 0 the fast path skipped the drafter.
-            self._skipped_drafts.after_step(step.batch_ids, step.finished, self.current_gamma, step.pure_decode)
+            # drafting_gamma is the K this step drafted with: at 0 the fast path skipped the drafter.
+            self._skipped_drafts.after_step(step.batch_ids, step.finished, drafting_gamma, step.pure_decode)
         feedback = StepFeedback(
             batch_size=step.batch_size,
             gamma=verified_gamma,
@@ -237,7 +243,7 @@ class AdaptiveController:
             batch_ids=step.batch_ids,
             cannot_draft=cannot_draft,
         )
-        self._drafted_with = self.current_gamma
+        self._drafted_with = drafting_gamma
         if self._samples is not None and step.batch_size > 0:
             self._write_sample(feedback, step.request_ids)
         if self.allocator is not None:
@@ -255,6 +261,16 @@ class AdaptiveController:
     def _cohort_drained(self) -> None:
         self._zero_cohort.drained()
         self._skipped_drafts.clear()  # nobody is left: every skipped request finished
+
+    def _gammas_of(self, step: ObservedStep) -> tuple[int, int]:
+        """(K that made the verified drafts, K drafted with at the end of the step).
+
+        Under asynchronous scheduling the next step is chosen before this one is observed, so the
+        current K already belongs to the next step; the scheduler then says which K were used."""
+        drafting = step.drafting_gamma if step.drafting_gamma is not None else self.current_gamma
+        if step.verified_gamma is not None:
+            return step.verified_gamma, drafting
+        return (self._drafted_with if self._drafted_with is not None else self.current_gamma), drafting
 
     def draft_lengths(self, offered: dict[str, int], caps: dict[str, int]) -> Optional[dict[str, int]]:
         """Drafts each request keeps for verification (per-request lengths and client caps), or None

@@ -1,9 +1,9 @@
 """Everything the adaptive scheduler reads from vLLM's per-step objects, read here and nowhere else.
 
 ``drafting_batch_size`` reads the scheduler's queues before a step for the batch K is chosen for;
-``observed_step`` turns one verified step (vLLM's ``SchedulerOutput`` and ``ModelRunnerOutput``)
-into the controller's ``ObservedStep``; ``confidence_cuts`` reads the drafts the worker handed back
-(``DraftTokenIds``). Every member read here is in ``SYMBOLS`` and in
+``verified_drafts`` and ``observed_step`` turn one verified step (vLLM's ``SchedulerOutput`` and
+``ModelRunnerOutput``) into the controller's ``ObservedStep``; ``confidence_cuts`` reads the drafts
+the worker handed back (``DraftTokenIds``). Every member read here is in ``SYMBOLS`` and in
 vspec_runtime/vllm_surface.py's SURFACE (needed for "adaptive"), so `vspec doctor` and the
 scheduler's start-up check catch an upstream rename instead of the controller silently seeing
 nothing and freezing K.
@@ -14,7 +14,8 @@ pure Python and lets tests feed hand-built objects.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Collection, Mapping, Optional
 
 from vspec_runtime.controller import ObservedStep
 
@@ -120,41 +121,80 @@ def _admitted_and_drafting(scheduler: Any, budget: int) -> int:
     return drafting
 
 
+@dataclass(frozen=True)
+class Verified:
+    """What a step verified, per request with drafts, and the requests whose output vLLM drops."""
+
+    request_ids: tuple[str, ...] = ()
+    drafted: tuple[int, ...] = ()  # drafts verified
+    accepted: tuple[int, ...] = ()  # drafts accepted (tokens sampled - 1)
+    gone: frozenset[str] = frozenset()  # finished or aborted before the output arrived
+
+
+def verified_drafts(scheduler_output: Any, model_runner_output: Any, requests: Mapping[str, Any]) -> Verified:
+    """Read a step's verification before vLLM processes its output, which trims a request's sampled
+    tokens in place at its stop (max_tokens, a stop token) and frees the requests that finish.
+
+    Requests that were gone before the output arrived (``gone_requests``) are left out, as vLLM's
+    own counters leave them out."""
+    gone = gone_requests(scheduler_output, requests)
+    spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+    # Drafts vLLM invalidated before verification (e.g. past a stop) were never really tried.
+    invalid = scheduler_output.num_invalid_spec_tokens or {}
+    return Verified(*_verified(spec_tokens, invalid, model_runner_output, gone), gone=gone)
+
+
 def observed_step(
     scheduler_output: Any,
     model_runner_output: Any,
     *,
     scheduled_at: float,
     completed_at: float,
+    verified_gamma: Optional[int] = None,
+    drafting_gamma: Optional[int] = None,
+    verified: Optional[Verified] = None,
     requests: Optional[Mapping[str, Any]] = None,
 ) -> ObservedStep:
     """One verified step as the controller sees it.
 
-    ``requests`` is the scheduler's live request table; give it only when the controller wants
-    context tokens (summing them costs a pass over the batch every step).
+    ``verified_gamma`` and ``drafting_gamma`` are the K that made the drafts this step verified and
+    the K it asked the drafter for (the scheduler remembers them from ``schedule()``). ``verified``
+    is what ``verified_drafts`` read before vLLM processed the output (None: read it now). Requests
+    gone before the output arrived served nothing: they are left out of the batch and of the drafts,
+    while the step's tokens and time still include them. ``requests`` is the scheduler's live
+    request table; give it only when the controller wants context tokens (summing them costs a pass
+    over the batch every step).
+
+    Under asynchronous scheduling a request's scheduled drafts are -1 placeholders, as many as the
+    previous step's K; the model runner verified its own drafts in their place, so their count is
+    still the number of drafts verified.
     """
     spec_tokens = scheduler_output.scheduled_spec_decode_tokens
-    # Drafts vLLM invalidated before verification (e.g. past a stop) were never really tried.
-    invalid = scheduler_output.num_invalid_spec_tokens or {}
-    request_ids, drafted, accepted = _verified(spec_tokens, invalid, model_runner_output)
+    if verified is None:
+        invalid = scheduler_output.num_invalid_spec_tokens or {}
+        verified = Verified(*_verified(spec_tokens, invalid, model_runner_output))
     num_scheduled = scheduler_output.num_scheduled_tokens
+    gone = verified.gone
+    batch_ids = tuple(rid for rid in num_scheduled if rid not in gone) if gone else tuple(num_scheduled)
     return ObservedStep(
-        drafted=drafted,
-        accepted=accepted,
-        request_ids=request_ids,
-        batch_ids=tuple(num_scheduled),
+        drafted=verified.drafted,
+        accepted=verified.accepted,
+        request_ids=verified.request_ids,
+        batch_ids=batch_ids,
         finished=tuple(scheduler_output.finished_req_ids or ()),
-        batch_size=len(num_scheduled),
+        batch_size=len(batch_ids),
         pure_decode=pure_decode(scheduler_output, spec_tokens, num_scheduled),
         scheduled_at=scheduled_at,
         completed_at=completed_at,
+        verified_gamma=verified_gamma,
+        drafting_gamma=drafting_gamma,
         batched_tokens=scheduler_output.total_num_scheduled_tokens,
         context_tokens=_context_tokens(num_scheduled, requests) if requests is not None else 0,
     )
 
 
-def _verified(spec_tokens: Mapping[str, Any], invalid: Mapping[str, int],
-              model_runner_output: Any) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
+def _verified(spec_tokens: Mapping[str, Any], invalid: Mapping[str, int], model_runner_output: Any,
+              gone: Collection[str] = ()) -> tuple[tuple[str, ...], tuple[int, ...], tuple[int, ...]]:
     """Per request with drafts: its id, drafts verified and drafts accepted (tokens sampled - 1)."""
     sampled = model_runner_output.sampled_token_ids
     index_of = model_runner_output.req_id_to_index
@@ -163,10 +203,24 @@ def _verified(spec_tokens: Mapping[str, Any], invalid: Mapping[str, int],
         index = index_of.get(req_id)
         if index is None or not sampled or index >= len(sampled):
             continue  # no sampled tokens for it in this output: nothing to learn
+        if req_id in gone:
+            continue  # vLLM discards this output: nothing was committed
         request_ids.append(req_id)
         drafted.append(len(drafts) - invalid.get(req_id, 0))
         accepted.append(max(len(sampled[index]) - 1, 0))
     return tuple(request_ids), tuple(drafted), tuple(accepted)
+
+
+def gone_requests(scheduler_output: Any, requests: Mapping[str, Any]) -> frozenset[str]:
+    """Requests of this step that finished or were aborted before its output arrived.
+
+    Asynchronous scheduling schedules step N+1 before step N's output says a request stopped, and an
+    abort can land while a step runs (both modes); vLLM skips such outputs. Call it before
+    ``update_from_output``, which frees the requests that finish in this very step. A finished
+    request leaves the table when vLLM frees it, at once unless a KV connector still holds its
+    blocks (then it is counted as served): one set difference, not a call per request, because this
+    runs every step over the whole batch."""
+    return frozenset(scheduler_output.num_scheduled_tokens.keys() - requests.keys())
 
 
 def pure_decode(scheduler_output: Any, spec_tokens: Optional[Mapping[str, Any]] = None,
@@ -216,13 +270,19 @@ def offered_drafts(draft_token_ids: Any, requests: Mapping[str, Any]) -> tuple[d
     caps: dict[str, int] = {}
     for req_id, drafts, request in _live_drafts(draft_token_ids, requests):
         offered[req_id] = len(drafts)
-        sampling_params = request.sampling_params
-        extra = sampling_params.extra_args if sampling_params is not None else None
-        if extra and MAX_DRAFT_ARG in extra:
-            cap = draft_cap(extra[MAX_DRAFT_ARG])
-            if cap is not None:
-                caps[req_id] = cap
+        cap = draft_cap_of(request)
+        if cap is not None:
+            caps[req_id] = cap
     return offered, caps
+
+
+def draft_cap_of(request: Any) -> Optional[int]:
+    """The cap a client set on this request (``vllm_xargs: {"vspec_max_draft": N}``), or None."""
+    sampling_params = request.sampling_params
+    extra = sampling_params.extra_args if sampling_params is not None else None
+    if extra and MAX_DRAFT_ARG in extra:
+        return draft_cap(extra[MAX_DRAFT_ARG])
+    return None
 
 
 def draft_cap(value: Any) -> Optional[int]:

@@ -69,9 +69,13 @@ _OUT = "vllm.v1.core.sched.output:SchedulerOutput"
 
 SURFACE: tuple[Sym, ...] = (
     Sym(_SCHED, "class", "AdaptiveScheduler subclasses it and is passed as --scheduler-cls", ("vllm_config", "kv_cache_config", "structured_output_manager", "block_size"), ADAPTIVE),
+    Sym("vllm.v1.core.sched.async_scheduler:AsyncScheduler", "class", "AsyncAdaptiveScheduler subclasses it: what AdaptiveScheduler builds when vLLM schedules asynchronously", None, ADAPTIVE),
+    Sym("vllm.config.vllm:VllmConfig.scheduler_config", "field", "AdaptiveScheduler reads the resolved scheduler config to pick its base class", None, ADAPTIVE),
+    Sym("vllm.config.scheduler:SchedulerConfig.async_scheduling", "field", "resolved by vLLM and the platform: AdaptiveScheduler picks the async base class when it is on", None, ADAPTIVE),
+    Sym(f"{_SCHED}.add_request", "function", "overridden: under async scheduling a client's draft cap has no effect, said once", ("request",), ADAPTIVE),
     Sym(f"{_SCHED}.schedule", "function", "overridden: K is chosen just before vLLM schedules a step", (), ADAPTIVE),
     Sym(f"{_SCHED}.update_from_output", "function", "overridden: accepted counts and step timing feed the policy", ("scheduler_output", "model_runner_output"), ADAPTIVE),
-    Sym(f"{_SCHED}.update_draft_token_ids", "function", "per-request draft trimming (confidence stop counts, per-request lengths, caps)", ("draft_token_ids",), ADAPTIVE),
+    Sym(f"{_SCHED}.update_draft_token_ids", "function", "per-request draft trimming (confidence stop counts, per-request lengths, caps); vLLM calls it only under synchronous scheduling", ("draft_token_ids",), ADAPTIVE),
     Sym(f"{_SCHED}.shutdown", "function", "overridden: the controller writes its summary when the engine stops", (), ADAPTIVE),
     Sym(f"{_SCHED}.dynamic_sd_lookup", "attribute", "the batch-size -> K list vspec rewrites before each step", None, ADAPTIVE),
     Sym(f"{_SCHED}.num_spec_tokens", "attribute", "the start-up K, the ceiling of every K vspec picks", None, ADAPTIVE),
@@ -156,6 +160,7 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.req_ids", "attribute", "the requests whose drafter cache a skipped K=0 step leaves behind", None, ADAPTIVE),
     Sym("vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "field", "finished requests leave the K=0 fast path's stale set and the per-request acceptance table", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.device", "attribute", "where the K=0 fast path puts a skipped model drafter's empty drafts", None, ADAPTIVE),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.use_async_scheduling", "attribute", "the K=0 fast path never skips a model drafter under async scheduling (the next step needs its pass)", None, ADAPTIVE),
     # --- offline engine runs for `vspec bench` and `vspec profile` (vspec_cli/offline_run.py) ---
     Sym("vllm.entrypoints.llm:LLM.get_metrics", "function", "the bench reads vLLM's counters from it after each phase", (), CORE),
     Sym("vllm.v1.metrics.reader:Metric.name", "field", "the bench picks its counters by metric name", None, CORE),

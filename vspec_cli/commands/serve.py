@@ -10,7 +10,7 @@ import typer
 from vspec_cli import _output
 from vspec_cli._options import ConfigOpt, DryRunOpt, JsonOpt
 from vspec_cli.demo_model import prepare_demo_with_progress
-from vspec_cli.launch import SYNC_SCHEDULING_FLAG, build_launch
+from vspec_cli.launch import build_launch
 from vspec_cli.presets import preset_description, preset_names
 from vspec_cli.process import run_foreground
 from vspec_cli.resolve import resolve_model_paths, resolve_spec
@@ -53,7 +53,7 @@ def serve(
     model_paths = resolve_model_paths(spec, strict=not dry_run,
                                       prepare_demo=None if dry_run else prepare_demo_with_progress)
     plan = build_launch(spec, model_paths.target, model_paths.drafter, vllm_args)
-    for note in model_paths.notes:
+    for note in (*model_paths.notes, *plan.notes):
         _output.warn(note)
 
     if dry_run:
@@ -70,8 +70,6 @@ def serve(
         f"{spec.method} K<={spec.gamma}, " + (f"adaptive ({spec.adaptive.policy})" if spec.adaptive_active else "fixed K"))
     if spec.relaxed.enabled:
         mode += ", RELAXED ACCEPTANCE (outputs differ from target-only)"
-    if SYNC_SCHEDULING_FLAG in plan.argv and SYNC_SCHEDULING_FLAG not in vllm_args:
-        mode += "; async scheduling off: the adaptive scheduler is synchronous"
     _output.hint(f"vspec: serving {spec.target_model} on http://{spec.serving.host}:{spec.serving.port} ({mode})")
     raise typer.Exit(run_foreground(plan.argv, plan.env))
 

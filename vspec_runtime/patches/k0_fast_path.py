@@ -42,6 +42,10 @@ How: wrappers on the model runner, ``_sample``, ``propose_draft_token_ids`` and 
   Requests admitted since then draft normally.
   With ``gamma0_mode = "sync"`` (the policy asked every step, K back whenever it pays) vLLM's pass
   runs as before, so the cache is always current.
+  Not under asynchronous scheduling: there the drafter's pass also hands the next step its input
+  tokens and the accepted counts (vLLM's ``_copy_valid_sampled_token_count``, called from
+  ``propose_draft_token_ids``), so skipping it would break the next step; vLLM's K=0 pass runs and a
+  warning says the skip is off (``--no-async-scheduling`` brings it back).
 
 Enabled by: adaptive K (``adaptive.enabled``): only vspec's scheduler picks K=0 per step, and
 vLLM's own fixed-K path (``vspec bench``'s ``vllm-fixed:K`` baseline) stays as vLLM ships it.
@@ -75,6 +79,7 @@ SYMBOLS = (
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.config.speculative:SpeculativeConfig.method",
     f"{_RUNNER}.device",
+    f"{_RUNNER}.use_async_scheduling",
     f"{_RUNNER}.take_draft_token_ids",
     f"{_RUNNER}.input_batch",
     "vllm.v1.worker.gpu_input_batch:InputBatch.req_ids",
@@ -135,7 +140,7 @@ def _make_propose(original, skip_model_drafters: bool):
         if scheduler_output.num_spec_tokens_to_schedule == 0:
             if self.speculative_config.method in STATELESS_METHODS:
                 return [[] for _ in sampled_token_ids]
-            if skip_model_drafters and vllm_adapter.pure_decode(scheduler_output):
+            if skip_model_drafters and vllm_adapter.pure_decode(scheduler_output) and _may_skip_drafter(self):
                 _announce("the model drafter was skipped in a K=0 decode step (sticky K=0)")
                 stale.update(self.input_batch.req_ids)
                 # What the model drafters return at K=0 after their forward pass: no drafts.
@@ -144,6 +149,18 @@ def _make_propose(original, skip_model_drafters: bool):
         return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
 
     return propose_draft_token_ids
+
+
+def _may_skip_drafter(runner) -> bool:
+    """Skipping is safe only when the model runner takes nothing else from the drafter's pass."""
+    if not runner.use_async_scheduling:
+        return True
+    if "async" not in _announced:
+        _announced.add("async")
+        logger.warning("vspec patch %s: vLLM schedules asynchronously, so the model drafter keeps running in "
+                       "K=0 steps (the next step needs its pass); serve with --no-async-scheduling to skip it",
+                       NAME)
+    return False
 
 
 def _forget_recomputed(runner, scheduler_output) -> set:

@@ -49,13 +49,14 @@ class Check:
     name: str
     status: str  # ok | warn | fail
     reason: str
-    kind: str = "environment"  # environment | vllm-symbol | extension | plugin
+    kind: str = "environment"  # environment | vllm-symbol | extension | plugin | parallel
 
 
 @dataclass
 class Report:
     environment: dict[str, Any]
     checks: list[Check] = field(default_factory=list)
+    parallel: Optional[dict[str, Any]] = None  # the layout a preset would run (parallel_scope)
 
     @property
     def failed(self) -> bool:
@@ -66,7 +67,16 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"ok": not self.failed, "summary": self.summary(), "environment": self.environment,
-                "checks": [asdict(check) for check in self.checks]}
+                "checks": [asdict(check) for check in self.checks],
+                **({"parallel": self.parallel} if self.parallel is not None else {})}
+
+    def add_parallel(self, parallel: dict[str, Any]) -> None:
+        """The layout section, and one check: fail with vLLM's reason when the layout cannot start."""
+        self.parallel = parallel
+        problems = parallel["problems"]
+        reason = "; ".join(problems) if problems else (
+            f"{parallel['describe']}, K agreement {parallel['k_agreement']} (see the \"parallel\" section of --json)")
+        self.checks.append(Check("parallel layout", "fail" if problems else "ok", reason, "parallel"))
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -334,6 +344,25 @@ def _checks(method, adaptive, surface, import_module, probe, extensions) -> Repo
     if probe is not None:
         report.checks.append(finish_plugin_probe(probe))
     return report
+
+
+def parallel_scope(preset: Optional[str], method: Optional[str], vllm_args: tuple[str, ...]) -> dict[str, Any]:
+    """The "parallel" section: the layout a preset runs with ``vllm_args`` (what `vspec serve PRESET --
+    ARGS` passes to vLLM after the preset's own ``serving.extra_args``), and each feature's support
+    there (vspec_cli/parallel_layout.py). Models are read where they are prepared; nothing is launched."""
+    from vspec_cli import parallel_layout
+
+    target = drafter = device = None
+    extra: tuple[str, ...] = ()
+    if preset is not None:
+        from vspec_cli.resolve import resolve_model_paths, resolve_spec
+
+        spec = resolve_spec(preset, None, {})
+        method, extra, device = spec.method, tuple(spec.serving.extra_args), spec.serving.device
+        paths = resolve_model_paths(spec, strict=False)
+        target, drafter = paths.target, paths.drafter
+    layout = parallel_layout.parse_layout(extra + tuple(vllm_args))
+    return parallel_layout.layout_report(layout, method or "ngram", target, drafter, device)
 
 
 def preset_scope(preset: str) -> tuple[str, bool, list]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from vspec_cli.parallel_layout import ParallelLayout, cpu_binding, parse_layout, runs_on_cpu
 from vspec_runtime.spec import RuntimeSpec
 
 SCHEDULER_CLS = "vspec_runtime.scheduler.AdaptiveScheduler"
@@ -123,6 +124,12 @@ def device_environment(device: Optional[str]) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": device}
 
 
+def parallel_environment(device: Optional[str], layout: ParallelLayout) -> dict[str, str]:
+    """On CPU, one core group per worker process when the NUMA nodes are fewer than the ranks
+    (vspec_cli/parallel_layout.py, ``cpu_binding``): without it TP/PP/DP > 1 never start on one node."""
+    return cpu_binding(layout) if not layout.single and runs_on_cpu(device) else {}
+
+
 def vllm_engine_kwargs(spec: RuntimeSpec, target_path: str, drafter_path: Optional[str]) -> dict[str, Any]:
     """The same configuration as keyword arguments of vllm.LLM (used by bench and profile)."""
     serving = spec.serving
@@ -205,5 +212,6 @@ def build_launch(
     argv += scheduling
     argv += list(serving.extra_args) + list(vllm_args)
 
-    env = {"VSPEC_SPEC": spec.to_json(), **cpu_build_environment(), **device_environment(serving.device)}
+    env = {"VSPEC_SPEC": spec.to_json(), **cpu_build_environment(), **device_environment(serving.device),
+           **parallel_environment(serving.device, parse_layout(tuple(serving.extra_args) + tuple(vllm_args)))}
     return LaunchPlan(argv=argv, env=env, notes=notes)

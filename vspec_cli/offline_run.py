@@ -163,12 +163,15 @@ class Engine:
 
         from vllm import LLM, SamplingParams
 
-        from vspec_cli.launch import vllm_engine_kwargs
+        from vspec_cli.launch import parallel_environment, vllm_engine_kwargs
+        from vspec_cli.parallel_layout import engine_layout
 
         progress(stage="starting engine")
         started = time.perf_counter()
         kwargs = vllm_engine_kwargs(self.spec, request["target_path"], request.get("drafter_path"))
         kwargs.update(request.get("engine_overrides", {}))  # e.g. enforce_eager for fast test starts
+        # TP/PP from engine_overrides: one core group per CPU worker, as `vspec serve` sets it.
+        os.environ.update(parallel_environment(self.spec.serving.device, engine_layout(kwargs)))
         self.llm = LLM(**kwargs, disable_log_stats=False, seed=0,
                        enable_prefix_caching=bool(request.get("prefix_caching", True)))
         self.tokenizer = self.llm.get_tokenizer()

@@ -92,8 +92,10 @@ class AdaptiveController:
         max_batched_tokens: int,
         policy: Optional[Policy] = None,
         clock: Callable[[], float] = time.perf_counter,
+        ranks: Optional[dict[str, Any]] = None,
     ):
         self.spec = spec
+        self.ranks = ranks or {}  # vspec_runtime/parallel.py rank_layout: which ranks this controller serves
         self.max_gamma = max_gamma
         self.max_batched_tokens = max_batched_tokens
         self.clock = clock
@@ -321,6 +323,8 @@ class AdaptiveController:
         }
         if "active" in summary:
             line["policy"] = summary["active"]
+        if self.ranks:
+            line["ranks"] = self.ranks
         if self._per_request_active() and self.allocator.last:
             line["drafts_kept"] = self.allocator.last  # the previous step's verification budget
         self._trace.write(json.dumps(line) + "\n")
@@ -360,6 +364,7 @@ class AdaptiveController:
             "confidence_dropped_drafts": self.confidence_dropped_drafts,
             **({"per_request": self.allocator.summary()} if self.allocator is not None else {}),
             **({"active_policy": self.policy.active} if isinstance(self.policy, PolicySwitch) else {}),
+            **({"ranks": self.ranks} if self.ranks else {}),
         }
 
     def _maybe_publish(self, force: bool = False) -> None:

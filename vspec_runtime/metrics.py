@@ -6,6 +6,10 @@ atomically a few times a second at most) and a Prometheus collector registered i
 process reads it at scrape time. No shared memory, no extra port, and no dependence on vLLM's stats
 plumbing. Limitation: with PROMETHEUS_MULTIPROC_DIR (several API servers) vLLM serves its own
 registry and these series are absent.
+
+Data parallelism runs one controller per DP rank (vspec_runtime/parallel.py): rank r > 0 publishes
+``controller.dp<r>.json`` beside rank 0's file. The series above are rank 0's; ``vspec_rank_*`` carry
+every rank's layout, K and steps, labelled ``dp_rank``.
 """
 
 from __future__ import annotations
@@ -19,17 +23,20 @@ from typing import Any, Iterator, Optional
 from vspec_runtime import envs
 
 SNAPSHOT_NAME = "controller.json"
+RANK_SNAPSHOT_NAME = "controller.dp{}.json"
 _collector_registered = False
 
 
-def snapshot_path() -> Optional[Path]:
+def snapshot_path(dp_rank: int = 0) -> Optional[Path]:
     run_dir = envs.get("VSPEC_RUN_DIR")
-    return Path(run_dir) / SNAPSHOT_NAME if run_dir else None
+    if not run_dir:
+        return None
+    return Path(run_dir) / (SNAPSHOT_NAME if dp_rank == 0 else RANK_SNAPSHOT_NAME.format(dp_rank))
 
 
 def publish(snapshot: dict[str, Any]) -> None:
-    """Atomically replace the snapshot (engine-core side)."""
-    path = snapshot_path()
+    """Atomically replace the snapshot (engine-core side), one file per data-parallel rank."""
+    path = snapshot_path(int(snapshot.get("ranks", {}).get("dp_rank", 0)))
     if path is None:
         return
     fd, tmp = tempfile.mkstemp(prefix=".controller.", dir=path.parent)
@@ -85,6 +92,41 @@ class VspecCollector:
         yield from _per_request_families(snap.get("per_request"))
         yield GaugeMetricFamily("vspec_relaxed_acceptance_enabled", "1 when relaxed (output-changing) acceptance is on",
                                 value=1.0 if snap.get("relaxed") else 0.0)
+        yield from _rank_families([snap, *rank_snapshots()])
+
+
+def rank_snapshots() -> list[dict[str, Any]]:
+    """The snapshots of data-parallel ranks other than 0, in rank order."""
+    path = snapshot_path()
+    found = []
+    for rank_file in sorted(path.parent.glob(RANK_SNAPSHOT_NAME.format("*"))) if path else []:
+        try:
+            found.append(json.loads(rank_file.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # being replaced right now: the next scrape reads it
+    return found
+
+
+def _rank_families(snapshots: list[dict[str, Any]]) -> Iterator[Any]:
+    """Per rank: its layout (vspec_runtime/parallel.py rank_layout), its K and its steps. Absent when
+    no snapshot names its ranks (a controller built outside vLLM's scheduler)."""
+    ranked = [snap for snap in snapshots if snap.get("ranks")]
+    if not ranked:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+    info = InfoMetricFamily("vspec_rank", "Ranks a controller serves: its DP rank and the TP/PP workers behind it")
+    gamma = GaugeMetricFamily("vspec_rank_current_gamma", "K the controller of this DP rank chose last",
+                              labels=["dp_rank"])
+    steps = CounterMetricFamily("vspec_rank_decode_steps", "Steps seen by the controller of this DP rank",
+                                labels=["dp_rank"])
+    for snap in ranked:
+        ranks = snap["ranks"]
+        rank = str(ranks.get("dp_rank", 0))
+        info.add_metric([], {key: str(value) for key, value in ranks.items()})
+        gamma.add_metric([rank], float(snap.get("gamma", 0)))
+        steps.add_metric([rank], float(snap.get("steps", 0)))
+    yield from (info, gamma, steps)
 
 
 def _per_request_families(per_request: Optional[dict[str, Any]]) -> Iterator[Any]:

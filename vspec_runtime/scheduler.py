@@ -38,7 +38,7 @@ from typing import Any, Optional
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from vspec_runtime import vllm_adapter, vllm_surface
+from vspec_runtime import parallel, vllm_adapter, vllm_surface
 from vspec_runtime.activation import active_spec
 from vspec_runtime.controller import AdaptiveController
 from vspec_runtime.patches._base import IncompatibleVllm
@@ -119,6 +119,7 @@ class AdaptiveHooks:
             spec,
             max_gamma=self.num_spec_tokens,
             max_batched_tokens=self.max_num_scheduled_tokens,
+            ranks=parallel.rank_layout(self.vllm_config),
         )
         self._set_gamma(self._vspec.current_gamma)
         self._vspec_drafting_k = self._vspec.current_gamma

@@ -66,6 +66,7 @@ class Sym:
 
 _SCHED = "vllm.v1.core.sched.scheduler:Scheduler"
 _OUT = "vllm.v1.core.sched.output:SchedulerOutput"
+_PAR = "vllm.config.parallel:ParallelConfig"
 
 SURFACE: tuple[Sym, ...] = (
     Sym(_SCHED, "class", "AdaptiveScheduler subclasses it and is passed as --scheduler-cls", ("vllm_config", "kv_cache_config", "structured_output_manager", "block_size"), ADAPTIVE),
@@ -80,6 +81,13 @@ SURFACE: tuple[Sym, ...] = (
     Sym(f"{_SCHED}.dynamic_sd_lookup", "attribute", "the batch-size -> K list vspec rewrites before each step", None, ADAPTIVE),
     Sym(f"{_SCHED}.num_spec_tokens", "attribute", "the start-up K, the ceiling of every K vspec picks", None, ADAPTIVE),
     Sym(f"{_SCHED}.max_num_scheduled_tokens", "attribute", "token budget: K is feasible when B*(K+1) fits; the budget the batch estimate replays", None, ADAPTIVE),
+    Sym(f"{_SCHED}.vllm_config", "attribute", "its parallel_config says which ranks the controller serves (vspec_runtime/parallel.py)", None, ADAPTIVE),
+    Sym("vllm.config.vllm:VllmConfig._maybe_disable_dynamic_sd_for_data_parallel", "function", "wrapped (dp-dynamic-k): keeps per-step K for dense models under DP", None, ADAPTIVE),
+    Sym("vllm.config.model:ModelConfig.is_moe", "attribute", "MoE DP ranks step in lock-step: they keep vLLM's fixed K", None, ADAPTIVE),
+    Sym(f"{_PAR}.data_parallel_index", "field", "this engine core's DP rank (DP size is 1 inside a dense model's engine)", None, ADAPTIVE),
+    Sym(f"{_PAR}.data_parallel_size", "field", "above 1 inside an engine core: MoE ranks in lock-step, K must agree", None, ADAPTIVE),
+    Sym(f"{_PAR}.tensor_parallel_size", "field", "TP workers behind the scheduler, reported in trace and /metrics", None, ADAPTIVE),
+    Sym(f"{_PAR}.pipeline_parallel_size", "field", "PP workers behind the scheduler, reported in trace and /metrics", None, ADAPTIVE),
     Sym(f"{_OUT}.num_spec_tokens_to_schedule", "field", "the per-step K the model runner passes to every drafter", None, ADAPTIVE),
     Sym("vllm.config.speculative:SpeculativeConfig.num_speculative_tokens_per_batch_size", "field", "turns on vLLM's dynamic SD plumbing (`vspec serve` sets it)", None, ADAPTIVE),
     Sym("vllm.config.scheduler:SchedulerConfig.scheduler_cls", "field", "how AdaptiveScheduler is plugged in (--scheduler-cls)", None, ADAPTIVE),

@@ -11,6 +11,7 @@ from vspec_cli import _output
 from vspec_cli._options import ConfigOpt, DryRunOpt, JsonOpt
 from vspec_cli.demo_model import prepare_demo_with_progress
 from vspec_cli.launch import build_launch
+from vspec_cli.parallel_layout import parse_layout, preflight
 from vspec_cli.presets import preset_description, preset_names
 from vspec_cli.process import run_foreground
 from vspec_cli.resolve import resolve_model_paths, resolve_spec
@@ -52,6 +53,8 @@ def serve(
     spec = resolve_spec(preset, str(config) if config else None, spec_overrides, no_speculation)
     model_paths = resolve_model_paths(spec, strict=not dry_run,
                                       prepare_demo=None if dry_run else prepare_demo_with_progress)
+    preflight(parse_layout(tuple(spec.serving.extra_args) + vllm_args), spec.method, model_paths.target,
+              model_paths.drafter, spec.serving.device)
     plan = build_launch(spec, model_paths.target, model_paths.drafter, vllm_args)
     for note in (*model_paths.notes, *plan.notes):
         _output.warn(note)

@@ -269,24 +269,27 @@ def _loads_of_repeat(plan: ServePlan, servers: dict[str, Server], repeat: int, o
                 if server.name == VSPEC_SERVER:
                     server.select_policy(label)
                 time.sleep(SETTLE_AFTER_SWITCH_S)
-                run = _one_load(plan, server, shape, schedule, label, load_index, repeat, round_index, position)
+                run, records = _one_load(plan, server, shape, schedule, label, load_index, repeat, round_index,
+                                         position)
                 runs.append(run)
                 with requests_file.open("a", encoding="utf-8") as raw:
                     raw.write(json.dumps({"policy": label, "load": shape.label, "round": round_index,
-                                          "requests": run.metrics.pop("records")}) + "\n")
+                                          "requests": [r.record() for r in records]}) + "\n")
                 done += 1
     on_event("stage", stage="done", phases=total)
     return runs
 
 
 def _one_load(plan: ServePlan, server: Server, shape: loadlib.LoadShape, schedule: list[loadlib.Arrival],
-              label: str, load_index: int, repeat: int, round_index: int, position: int) -> LoadRun:
+              label: str, load_index: int, repeat: int, round_index: int,
+              position: int) -> tuple[LoadRun, list[loadlib.RequestRecord]]:
+    """One load against one server; the run's summary and every request's record (kept apart: the
+    records go to requests/, the summary to results.json)."""
     before = server.metrics() if server.name == VSPEC_SERVER else {}
     started = time.perf_counter()
     records = loadlib.run_load(server.base_url, "bench", schedule, plan.sampling)
     ended = time.perf_counter()
     counters = counter_delta(before, server.metrics()) if server.name == VSPEC_SERVER else {}
-    metrics = loadlib.load_metrics(records)
-    metrics["records"] = [r.record() for r in records]
-    return LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended, metrics, counters,
-                   texts=[r.text if r.ok else None for r in records])
+    run = LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended,
+                  loadlib.load_metrics(records), counters, texts=[r.text if r.ok else None for r in records])
+    return run, records

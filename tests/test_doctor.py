@@ -146,6 +146,11 @@ def test_method_and_adaptive_choose_the_symbols_that_matter():
     assert "vllm.model_executor.models.ModelRegistry.register_model" not in adaptive_draft
     assert "vllm.plugins.load_general_plugins" in eagle & adaptive_draft
     assert all(s.matters_for(None, False) for s in SURFACE)
+    # EAGLE-3 heads with a reduced draft vocabulary: vLLM's own head class and the target's aux layers
+    eagle3 = {s.name for s in SURFACE if s.matters_for("eagle3", False)}
+    reduced_vocab = "vllm.model_executor.models.llama_eagle3.Eagle3LlamaForCausalLM.draft_id_to_target_id"
+    assert reduced_vocab in eagle3 and reduced_vocab not in eagle
+    assert "vllm.model_executor.models.llama.LlamaForCausalLM.set_aux_hidden_state_layers" in eagle3
 
 
 def test_a_standin_vllm_missing_one_symbol_fails_naming_it(tmp_path):

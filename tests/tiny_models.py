@@ -161,3 +161,141 @@ def build_truncated_copy(target: Path, source: Path, layers: int) -> Path:
     # config.json last: its presence marks the model as complete for the cache check.
     (target / "config.json").write_text(json.dumps(config, indent=2))
     return target
+
+
+def eagle3_aux_layer_ids(layers: int) -> list[int]:
+    """vLLM's default EAGLE-3 aux layers for a target with ``layers`` decoder layers (SupportsEagle3:
+    ``get_eagle3_default_aux_hidden_state_layers``): the residual stream after that many layers."""
+    return [2, layers // 2, layers - 3]
+
+
+def build_llama_for_eagle3(target: Path, tokenizer_dir: Path, seed: int, vocab_size: int, layers: int = 8,
+                           hidden: int = 128, logit_scale: float = 20.0) -> Path:
+    """A random, sharpened Llama target for EAGLE-3 heads: enough layers for vLLM's three default aux
+    layers (2, L//2, L-3) to be distinct, and its last three layers made identities (o_proj and
+    down_proj zero), so the residual stream after layer L-3 -- the last aux hidden state -- is the
+    final pre-norm hidden state. A head can then draft from the target's own prediction without any
+    training (see ``build_llama_eagle3_head``)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(**_common(vocab_size, hidden, layers), bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(config).float()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)
+        for layer in model.model.layers[layers - 3:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return _save(model, target, tokenizer_dir)
+
+
+def frequent_token_ids(target_model: Path, count: int, seed: int = 0, contexts: int = 64, length: int = 48) -> list[int]:
+    """The ``count`` token ids the target predicts most often (argmax) over random contexts and its own
+    greedy continuations -- how a trainer picks a reduced draft vocabulary, on a random model."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(target_model, torch_dtype=torch.float32).eval()
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    counts = torch.zeros(vocab, dtype=torch.long)
+    with torch.no_grad():
+        prompts = torch.randint(3, vocab, (contexts, 8), generator=generator)
+        greedy = model.generate(prompts, max_new_tokens=length, do_sample=False, pad_token_id=0,
+                                attention_mask=torch.ones_like(prompts))
+        predicted = model(torch.randint(3, vocab, (contexts, length), generator=generator)).logits.argmax(-1)
+        counts += torch.bincount(greedy[:, 8:].flatten(), minlength=vocab)
+        counts += torch.bincount(predicted.flatten(), minlength=vocab)
+    seen = [int(i) for i in torch.argsort(counts, descending=True, stable=True) if counts[i] > 0]
+    return seen[:count]
+
+
+def build_llama_eagle3_head(target: Path, target_model: Path, seed: int, draft_vocab: int = 2048,
+                            draft_ids=None, aux_layer_ids=None, informative: bool = True) -> Path:
+    """An EAGLE-3 head with a REDUCED draft vocabulary for a Llama target, in the layout the EAGLE-3
+    trainer exports and vLLM's ``Eagle3LlamaForCausalLM`` loads (fp16 safetensors):
+
+      fc.weight (H, 3H) over cat[aux hidden states at ``aux_layer_ids``, default (2, L//2, L-3)];
+      layers.0.{input_layernorm, hidden_norm, post_attention_layernorm}.weight (H);
+      layers.0.self_attn.{q,k,v}_proj (.., 2H) over cat[input_norm(embed), hidden_norm(fc(aux))], o_proj;
+      layers.0.mlp.{gate,up,down}_proj; norm.weight; lm_head.weight (N, H);
+      d2t (N,) int64 with target_id = i + d2t[i]; t2d (vocab,) bool; no embed_tokens (the target's).
+
+    The draft vocabulary is ``draft_ids`` (target ids) or the target's ``draft_vocab`` most frequent
+    predictions topped up with the first ids, always with eos; it is stored sorted, as trainers do.
+
+    ``informative``: random q/k/v/gate/up, but fc copies the last aux hidden state (chunk 3), o_proj
+    and down_proj are small, norm.weight is the target's and lm_head the target's rows for the draft
+    vocabulary. On a target from ``build_llama_for_eagle3`` (last aux = final hidden state) the head
+    then drafts about what the target predicted one position earlier ("repeat the last token" in
+    the draft vocabulary): right whenever the target repeats, wrong otherwise -- verification really
+    chooses, with no training. Otherwise every weight is random.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((target_model / "config.json").read_text())
+    config.pop("transformers_version", None)
+    hidden, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or hidden // heads
+    inter = config["intermediate_size"]
+    aux = list(aux_layer_ids or eagle3_aux_layer_ids(layers))
+    eos = config.get("eos_token_id", 2)
+    eos_ids = eos if isinstance(eos, list) else [eos]
+
+    if draft_ids is None:
+        chosen = list(dict.fromkeys([*eos_ids, *frequent_token_ids(target_model, draft_vocab, seed=seed)]))
+        chosen += [i for i in range(vocab) if i not in set(chosen)][: max(0, draft_vocab - len(chosen))]
+        draft_ids = chosen[:draft_vocab]
+        if not set(eos_ids) <= set(draft_ids):
+            draft_ids = [*eos_ids, *draft_ids[len(eos_ids):]]
+    ids = torch.tensor(sorted(set(int(i) for i in draft_ids)), dtype=torch.long)
+    n = len(ids)
+    d2t = ids - torch.arange(n)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[ids] = True
+
+    generator = torch.Generator().manual_seed(seed)
+    rand = lambda *shape, std=0.02: torch.randn(*shape, generator=generator) * std  # noqa: E731
+    tensors = {
+        "layers.0.input_layernorm.weight": torch.ones(hidden),
+        "layers.0.hidden_norm.weight": torch.ones(hidden),
+        "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
+        "layers.0.self_attn.q_proj.weight": rand(heads * head_dim, 2 * hidden),
+        "layers.0.self_attn.k_proj.weight": rand(kv_heads * head_dim, 2 * hidden),
+        "layers.0.self_attn.v_proj.weight": rand(kv_heads * head_dim, 2 * hidden),
+        "layers.0.mlp.gate_proj.weight": rand(inter, hidden),
+        "layers.0.mlp.up_proj.weight": rand(inter, hidden),
+    }
+    if informative:
+        weights = load_file(str(target_model / "model.safetensors"))
+        fc = torch.zeros(hidden, len(aux) * hidden)
+        fc[:, (len(aux) - 1) * hidden:] = torch.eye(hidden)
+        tensors.update({
+            "fc.weight": fc,
+            "layers.0.self_attn.o_proj.weight": rand(hidden, heads * head_dim, std=1e-4),
+            "layers.0.mlp.down_proj.weight": rand(hidden, inter, std=1e-4),
+            "norm.weight": weights["model.norm.weight"].float().clone(),
+            "lm_head.weight": weights["lm_head.weight"].float()[ids].clone(),
+        })
+    else:
+        tensors.update({
+            "fc.weight": rand(hidden, len(aux) * hidden),
+            "layers.0.self_attn.o_proj.weight": rand(hidden, heads * head_dim),
+            "layers.0.mlp.down_proj.weight": rand(hidden, inter),
+            "norm.weight": torch.ones(hidden),
+            "lm_head.weight": rand(n, hidden),
+        })
+    tensors = {name: tensor.to(torch.float16).contiguous() for name, tensor in tensors.items()}
+    tensors["d2t"], tensors["t2d"] = d2t, t2d
+
+    config.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], draft_vocab_size=n,
+                  target_hidden_size=hidden, tie_word_embeddings=False, torch_dtype="float16",
+                  eagle_config={"eagle_aux_hidden_state_layer_ids": aux, "use_aux_hidden_state": True})
+    target.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(target / "model.safetensors"))
+    # config.json last: its presence marks the head as complete for the cache check.
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    return target

@@ -21,6 +21,7 @@ from vspec_runtime import envs, metrics
 from vspec_runtime.control import make_policy
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
 from vspec_runtime.control.per_request import DraftAllocator
+from vspec_runtime.control.rules import feasible_cap
 from vspec_runtime.control.sticky import SkippedDrafts, StickyZero
 from vspec_runtime.control.switch import PolicySwitch
 from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
@@ -194,7 +195,7 @@ class AdaptiveController:
         """Largest K with B*(K+1) <= max_num_batched_tokens."""
         if batch_size <= 0:
             return self.max_gamma
-        return max(0, min(self.max_gamma, self.max_batched_tokens // batch_size - 1))
+        return feasible_cap(self.max_batched_tokens // batch_size - 1, self.max_gamma)
 
     def choose_gamma(self, batch_size: int) -> int:
         """K the drafter produces at the end of the coming step."""

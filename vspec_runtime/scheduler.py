@@ -40,6 +40,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from vspec_runtime import parallel, vllm_adapter, vllm_surface
 from vspec_runtime.activation import active_spec
+from vspec_runtime.control.rules import clamp_gamma
 from vspec_runtime.controller import AdaptiveController
 from vspec_runtime.patches._base import IncompatibleVllm
 
@@ -231,7 +232,7 @@ class AdaptiveHooks:
 
     def _set_gamma(self, gamma: int) -> None:
         lookup = self.dynamic_sd_lookup
-        gamma = max(0, min(gamma, self.num_spec_tokens))
+        gamma = clamp_gamma(gamma, 0, self.num_spec_tokens)
         if lookup is not None and lookup[-1] != gamma:
             lookup[1:] = [gamma] * (len(lookup) - 1)  # index 0 unused; every batch size gets K
 
@@ -281,7 +282,9 @@ class AdaptiveHooks:
             if not self._vspec_faulted:
                 self._vspec_faulted = True
                 logger.exception("vspec controller fault; freezing K and serving on")
-            safe = min(self.num_spec_tokens, max(1, self._vspec.current_gamma if self._vspec else 1))
+            # at least 1 (speculation keeps running), unless the start-up K itself is 0
+            safe = clamp_gamma(self._vspec.current_gamma if self._vspec else 1, min(1, self.num_spec_tokens),
+                               self.num_spec_tokens)
             if self._vspec is not None:
                 self._publish_fault(safe)
             self._vspec = None

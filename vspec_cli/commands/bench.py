@@ -63,8 +63,9 @@ def _parse_batches(text: str) -> list[int]:
 def bench(
     preset: Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name or .toml file (as for `vspec serve`).",
                                                   rich_help_panel=BENCH_PANEL, show_default=False)] = None,
-    policies: Annotated[str, typer.Option("--policies", help="Comma-separated policies (see below).",
-                                          rich_help_panel=BENCH_PANEL)] = DEFAULT_POLICIES,
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated policies (see below). Default: "
+                                          + DEFAULT_POLICIES.replace(",", ", ") + ".",
+                                          rich_help_panel=BENCH_PANEL, show_default=False)] = DEFAULT_POLICIES,
     workload: Annotated[str, typer.Option("--workload", "-w", help="Comma-separated workloads: copy, code, chat, mixed, hetero or FILE.jsonl.",
                                           rich_help_panel=BENCH_PANEL)] = "copy,code,chat",
     batch: Annotated[str, typer.Option("--batch", "-b", help="Comma-separated batch sizes (prompts submitted at once).",

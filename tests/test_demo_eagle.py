@@ -1,9 +1,11 @@
-"""The demo's EAGLE head in real vLLM (CPU): lossless, and a real drafter.
+"""The demo's EAGLE heads in real vLLM (CPU): lossless, and real drafters.
 
-Greedy output with the head at a fixed K=3 must be token-identical to target-only, and the head must
-really draft: a random head's mean acceptance length is 1.0 to two decimals; the trained one
-measured 1.31 on the bench's held-out chat prompts (docs/benchmarks.md), so 1.15 catches a head
-that was swapped, corrupted or fed the wrong hidden states.
+Greedy output with each head at a fixed K=3 must be token-identical to target-only, and the head must
+really draft: a random head's mean acceptance length is 1.0 to two decimals. The EAGLE-1 head
+(smollm2-eagle) measured 1.31 on the bench's held-out chat prompts, so 1.15 catches a head that was
+swapped, corrupted or fed the wrong hidden states; the EAGLE-3 head (smollm2-eagle3, the preset's)
+measured 1.65-1.85 (docs/benchmarks.md), so 1.4 catches the same for it, and a d2t map or aux-layer
+order gone wrong (either drops acceptance to about 1.0).
 """
 
 from __future__ import annotations
@@ -28,13 +30,21 @@ def request(method: str, target, drafter, gamma: int) -> dict:
             "phases": [{"name": "chat", "prompts": PROMPTS, "max_tokens": 96}]}
 
 
-def test_eagle_head_is_lossless_and_accepted(demo_model_dir, tmp_path):
-    head = model_store.resolve("smollm2-eagle").path
-    assert head is not None, "drafters/smollm2-eagle is missing"
-    eagle = run_offline(request("eagle", demo_model_dir, head, 3), tmp_path)
-    plain = run_offline(request("none", demo_model_dir, None, 3), tmp_path)
-    ids = lambda result: [out["token_ids"] for out in result["phases"][0]["outputs"]]  # noqa: E731
-    assert ids(eagle) == ids(plain)
+def ids(result: dict) -> list:
+    return [out["token_ids"] for out in result["phases"][0]["outputs"]]
+
+
+@pytest.fixture(scope="module")
+def target_only(demo_model_dir, tmp_path_factory) -> dict:
+    return run_offline(request("none", demo_model_dir, None, 3), tmp_path_factory.mktemp("target-only"))
+
+
+@pytest.mark.parametrize("method, drafter, floor", [("eagle", "smollm2-eagle", 1.15), ("eagle3", "smollm2-eagle3", 1.4)])
+def test_eagle_head_is_lossless_and_accepted(demo_model_dir, target_only, tmp_path, method, drafter, floor):
+    head = model_store.resolve(drafter).path
+    assert head is not None, f"drafters/{drafter} is missing"
+    eagle = run_offline(request(method, demo_model_dir, head, 3), tmp_path)
+    assert ids(eagle) == ids(target_only)
     counters = eagle["counters"]
     acceptance_length = 1 + counters["vllm:spec_decode_num_accepted_tokens"] / counters["vllm:spec_decode_num_drafts"]
-    assert acceptance_length >= 1.15, counters
+    assert acceptance_length >= floor, counters

@@ -61,6 +61,16 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             packaged="smollm2-eagle",
         ),
         BuiltinModel(
+            "smollm2-eagle3",
+            "eagle",
+            ("LlamaForCausalLM",),
+            None,
+            None,
+            "EAGLE-3 head for the demo model, draft vocabulary 8192 (training/gpu_pipeline.py, one H200)",
+            needs_tokenizer=False,
+            packaged="smollm2-eagle3",
+        ),
+        BuiltinModel(
             "qwen2.5-14b-instruct",
             "target",
             ("Qwen2ForCausalLM",),

@@ -19,14 +19,11 @@ and greedy rows batched with sampled ones stay identical.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CACHE, REPO, run_offline
+import draft_loader
+from conftest import CACHE, run_offline
 from sampling_stats import homogeneity_p_value, logprob_gap, tokens_at
 
 pytestmark = pytest.mark.vllm
@@ -133,27 +130,7 @@ def test_the_head_is_in_the_trainer_layout(eagle3_models):
     assert tensors["t2d"].sum() == DRAFT_VOCAB and bool(tensors["t2d"][draft_ids].all())
 
 
-LOAD_SCRIPT = r"""
-import json, os, sys
-target, head = sys.argv[1], sys.argv[2]
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-os.environ["VSPEC_SPEC"] = json.dumps({"method": "eagle3", "target_model": target, "drafter": head})
-import torch
-torch.accelerator.empty_cache = lambda: None  # as vLLM's CPU worker does: no accelerator here
-from safetensors.torch import load_file
-from vllm.config import set_current_vllm_config
-from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.engine.arg_utils import EngineArgs
-from vllm.model_executor.model_loader import get_model
-config = EngineArgs(model=target, dtype="float32", max_model_len=256, enforce_eager=True,
-                    speculative_config={"method": "eagle3", "model": head, "num_speculative_tokens": 2}
-                    ).create_engine_config()
-with set_current_vllm_config(config):
-    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                 distributed_init_method="tcp://127.0.0.1:" + sys.argv[3])
-    initialize_model_parallel(1, 1)
-    model = get_model(vllm_config=config, model_config=config.speculative_config.draft_model_config)
-checkpoint = load_file(os.path.join(head, "model.safetensors"))
+LOADER_PROBE = r"""
 hidden = model.config.hidden_size
 probe = torch.randn(4, hidden, generator=torch.Generator().manual_seed(0))
 aux = torch.randn(2, 3 * hidden, generator=torch.Generator().manual_seed(1))
@@ -178,15 +155,7 @@ print("RESULT=" + json.dumps({
 def test_vllm_loads_the_reduced_vocabulary_and_maps_drafts_to_target_ids(eagle3_models):
     """Through vLLM's model loader: d2t lands in draft_id_to_target_id, the N draft logits are the
     head's lm_head scattered to target ids i + d2t[i] (every other id -inf), fc is the checkpoint's."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    env = {k: v for k, v in os.environ.items() if k != "VSPEC_SPEC"}
-    proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(eagle3_models["target"]), str(eagle3_models["head"]),
-                           port], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    found = json.loads(lines[0].removeprefix("RESULT="))
+    found, _ = draft_loader.probe(eagle3_models["target"], eagle3_models["head"], "eagle3", LOADER_PROBE)
     assert found["class"] == "Eagle3LlamaForCausalLM"
     assert found["d2t_loaded"]
     assert found["logits_shape"] == [4, eagle3_models["vocab"]]

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
+import draft_loader
 from conftest import CACHE, REPO
 
 torch = pytest.importorskip("torch")
@@ -145,26 +144,7 @@ def test_export_round_trips_through_the_trainer(pipeline_run):
     assert isinstance(head, Eagle3Head)
 
 
-LOAD_SCRIPT = r"""
-import json, os, sys
-target, head = sys.argv[1], sys.argv[2]
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-import torch
-torch.accelerator.empty_cache = lambda: None  # as vLLM's CPU worker does: no accelerator here
-from safetensors.torch import load_file
-from vllm.config import set_current_vllm_config
-from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.engine.arg_utils import EngineArgs
-from vllm.model_executor.model_loader import get_model
-config = EngineArgs(model=target, dtype="float32", max_model_len=256, enforce_eager=True,
-                    speculative_config={"method": "eagle3", "model": head, "num_speculative_tokens": 2}
-                    ).create_engine_config()
-with set_current_vllm_config(config):
-    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                 distributed_init_method="tcp://127.0.0.1:" + sys.argv[3])
-    initialize_model_parallel(1, 1)
-    model = get_model(vllm_config=config, model_config=config.speculative_config.draft_model_config)
-checkpoint = load_file(os.path.join(head, "model.safetensors"))
+LOADER_PROBE = r"""
 hidden = model.config.hidden_size
 probe = torch.randn(3, hidden, generator=torch.Generator().manual_seed(0))
 with torch.no_grad():
@@ -183,15 +163,6 @@ print("RESULT=" + json.dumps({
 def test_vllm_loads_the_exported_head(pipeline_run):
     """vLLM's EAGLE-3 loader reads the pipeline's export: a draft's argmax over the draft vocabulary
     comes back as the target id the trainer mapped it to."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    env = {k: v for k, v in os.environ.items() if k != "VSPEC_SPEC"}
-    proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(pipeline_run["target"]),
-                           str(pipeline_run["out"] / "head"), port], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    found = json.loads(lines[0].removeprefix("RESULT="))
+    found, _ = draft_loader.probe(pipeline_run["target"], pipeline_run["out"] / "head", "eagle3", LOADER_PROBE)
     assert found["class"] == "Eagle3LlamaForCausalLM"
     assert found["argmax_is_mapped"] and found["logit_error"] < 1e-3

@@ -8,13 +8,11 @@ The weight-loading test goes through vLLM's real model loader and checks the bia
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CACHE, REPO, run_offline
+import draft_loader
+from conftest import CACHE, run_offline
 
 from vspec_runtime.models import QWEN2_EAGLE_ARCHITECTURES, QWEN2_EAGLE_CLASS, register_models
 
@@ -79,27 +77,7 @@ def test_an_architecture_vllm_already_has_is_left_alone(monkeypatch):
 
 # --- weights, through vLLM's loader ------------------------------------------------------------
 
-LOAD_SCRIPT = r"""
-import json, os, sys
-target, head = sys.argv[1], sys.argv[2]
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-os.environ["VSPEC_SPEC"] = json.dumps({"method": "eagle", "target_model": target, "drafter": head})
-import torch
-torch.accelerator.empty_cache = lambda: None  # as vLLM's CPU worker does: no accelerator here
-from safetensors.torch import load_file
-from vllm.config import set_current_vllm_config
-from vllm.distributed import init_distributed_environment, initialize_model_parallel
-from vllm.engine.arg_utils import EngineArgs
-from vllm.model_executor.model_loader import get_model
-config = EngineArgs(model=target, dtype="float32", max_model_len=256, enforce_eager=True,
-                    speculative_config={"method": "eagle", "model": head, "num_speculative_tokens": 2}
-                    ).create_engine_config()
-with set_current_vllm_config(config):
-    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                 distributed_init_method="tcp://127.0.0.1:" + sys.argv[3])
-    initialize_model_parallel(1, 1)
-    model = get_model(vllm_config=config, model_config=config.speculative_config.draft_model_config)
-checkpoint = load_file(os.path.join(head, "model.safetensors"))
+LOADER_PROBE = r"""
 # vLLM's CPU backend may repack linear weights after loading: compare what the layers compute.
 layer, fc = model.model.layers[0], model.model.fc
 hidden = fc.input_size
@@ -124,27 +102,17 @@ print("RESULT=" + json.dumps({
 @pytest.mark.vllm
 @pytest.mark.parametrize("name", ["qwen2-eagle", "qwen2-eagle-nobias"])
 def test_vllm_loader_gives_checkpoint_biases_or_zeros(tiny_models, heads, name, tmp_path):
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    env = {k: v for k, v in os.environ.items() if k != "VSPEC_SPEC"}
-    proc = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, str(tiny_models["qwen2"]), str(heads[name]), port],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    found = json.loads(lines[0].removeprefix("RESULT="))
+    found, stderr = draft_loader.probe(tiny_models["qwen2"], heads[name], "eagle", LOADER_PROBE)
     assert found["class"] == "EagleQwen2ForCausalLM" and found["input_norm"] == "Identity"
     assert found["fc_weight_error"] < 1e-5, "fc does not compute with the checkpoint's weight"
     if name == "qwen2-eagle":
         assert found["qkv_bias"] == pytest.approx(found["qkv_expected"])
         assert found["fc_bias"] == pytest.approx(found["fc_expected"])
-        assert NO_QKV_BIAS_LOG not in proc.stderr
+        assert NO_QKV_BIAS_LOG not in stderr
     else:
         assert found["qkv_expected"] is None and set(found["qkv_bias"]) == {0.0}
         assert set(found["fc_bias"]) == {0.0}
-        assert proc.stderr.count(NO_QKV_BIAS_LOG) == 1, "the missing biases are logged exactly once"
+        assert stderr.count(NO_QKV_BIAS_LOG) == 1, "the missing biases are logged exactly once"
 
 
 # --- serving -----------------------------------------------------------------------------------

@@ -23,14 +23,13 @@ test, see head.py): step-1 keys over the context, then one key per later step.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from head import _shift_right
+from head import _shift_right, chained_attention, neox_rope
 
 
 def aux_layer_ids(num_layers: int) -> list[int]:
@@ -71,11 +70,7 @@ class Eagle3Head(nn.Module):
     # --- one draft step --------------------------------------------------------------------------
 
     def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        freqs = positions[:, None].float() * self.inv_freq[None]
-        angles = torch.cat((freqs, freqs), -1)
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
-        return x * angles.cos() + rotated * angles.sin()
+        return neox_rope(x, positions, self.inv_freq)
 
     def qkv(self, x: torch.Tensor, positions: torch.Tensor):
         b, t, _ = x.shape
@@ -119,28 +114,7 @@ class Eagle3Head(nn.Module):
         return outputs
 
     def attend(self, q: torch.Tensor, keys: list, values: list, positions: torch.Tensor) -> torch.Tensor:
-        """Draft step j = len(keys) sees the step-1 keys up to position i-(j-1), then the key of step
-        m at position i-(j-m) for m = 2..j (vLLM's KV cache while drafting)."""
-        j, t = len(keys), positions.shape[0]
-        scale = 1.0 / math.sqrt(self.head_dim)
-        full = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
-        allowed = positions[None, :] <= positions[:, None] - (j - 1)
-        full = full.masked_fill(~allowed, float("-inf"))
-        diagonal_scores, diagonal_values = [], []
-        for m in range(2, j + 1):
-            shift = j - m
-            k_m, v_m = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
-            score = (q * k_m).sum(-1, keepdim=True) * scale
-            if shift:
-                score[:, :, :shift] = float("-inf")
-            diagonal_scores.append(score)
-            diagonal_values.append(v_m)
-        scores = torch.cat([full, *diagonal_scores], -1) if diagonal_scores else full
-        scores = scores.float().softmax(-1).to(q.dtype)
-        attended = torch.matmul(scores[..., :t], values[0])
-        for index, v_m in enumerate(diagonal_values):
-            attended = attended + scores[..., t + index:t + index + 1] * v_m
-        return attended
+        return chained_attention(q, keys, values, positions, self.head_dim)
 
 
 # --- initialisation ------------------------------------------------------------------------------

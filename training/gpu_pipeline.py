@@ -40,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from eagle3 import Eagle3Head, aux_layer_ids, checkpoint_tensors, head_config, init_from_target  # noqa: E402
+from head import make_batches  # noqa: E402
 
 STEP_WEIGHTS = (1.0, 0.7, 0.5, 0.35, 0.25)
 VOCAB_CANDIDATES = (1024, 2048, 4096, 8192, 16384)
@@ -206,20 +207,6 @@ def choose_vocab(rows: list[dict], args, vocab_size: int, always: list[int]) -> 
 
 
 # --- training ----------------------------------------------------------------------------------------
-
-
-def make_batches(lengths: list[int], indices: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
-    ordered = sorted(indices, key=lambda i: lengths[i])
-    batches, current = [], []
-    for index in ordered:
-        if current and (len(current) + 1) * lengths[index] > batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(index)
-    if current:
-        batches.append(current)
-    rng.shuffle(batches)
-    return batches
 
 
 class Batch:

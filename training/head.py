@@ -93,13 +93,7 @@ class EagleHead(nn.Module):
     # --- pieces ---------------------------------------------------------------------------------
 
     def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Neox-style rotary embedding (vLLM's Llama and HF's rotate_half)."""
-        freqs = positions[:, None].float() * self.inv_freq[None]
-        angles = torch.cat((freqs, freqs), -1)
-        cos, sin = angles.cos(), angles.sin()
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
-        return x * cos + rotated * sin
+        return neox_rope(x, positions, self.inv_freq)
 
     def project(self, layer: HeadLayer, x: torch.Tensor, positions: torch.Tensor):
         """q (B, heads, T, d) and k, v (B, heads, T, d) with the kv heads repeated for GQA."""
@@ -133,29 +127,42 @@ class EagleHead(nn.Module):
         return outputs
 
     def attend(self, q: torch.Tensor, keys: list, values: list, positions: torch.Tensor) -> torch.Tensor:
-        """Attention of draft step j = len(keys) with vLLM's KV cache pattern (module docstring)."""
-        j, t = len(keys), positions.shape[0]
-        scale = 1.0 / math.sqrt(self.head_dim)
-        # step-1 keys for positions <= i-(j-1)
-        full = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
-        allowed = positions[None, :] <= positions[:, None] - (j - 1)
-        full = full.masked_fill(~allowed, float("-inf"))
-        # then the key of step m at position i-(j-m), for m = 2..j
-        diagonal_scores, diagonal_values = [], []
-        for m in range(2, j + 1):
-            shift = j - m
-            k_m, v_m = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
-            score = (q * k_m).sum(-1, keepdim=True) * scale
-            if shift:
-                score[:, :, :shift] = float("-inf")
-            diagonal_scores.append(score)
-            diagonal_values.append(v_m)
-        scores = torch.cat([full, *diagonal_scores], -1) if diagonal_scores else full
-        scores = scores.softmax(-1)  # the step's own key (m = j) is always allowed: no empty row
-        attended = torch.matmul(scores[..., :t], values[0])
-        for index, v_m in enumerate(diagonal_values):
-            attended = attended + scores[..., t + index:t + index + 1] * v_m
-        return attended
+        return chained_attention(q, keys, values, positions, self.head_dim)
+
+
+def neox_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Neox-style rotary embedding (vLLM's Llama and HF's rotate_half)."""
+    freqs = positions[:, None].float() * inv_freq[None]
+    angles = torch.cat((freqs, freqs), -1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+    return x * angles.cos() + rotated * angles.sin()
+
+
+def chained_attention(q: torch.Tensor, keys: list, values: list, positions: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Attention of draft step j = len(keys) with vLLM's KV cache pattern (module docstring): the
+    step-1 keys for positions <= i-(j-1), then the key of step m at position i-(j-m), m = 2..j."""
+    j, t = len(keys), positions.shape[0]
+    scale = 1.0 / math.sqrt(head_dim)
+    full = torch.matmul(q, keys[0].transpose(-1, -2)) * scale
+    allowed = positions[None, :] <= positions[:, None] - (j - 1)
+    full = full.masked_fill(~allowed, float("-inf"))
+    diagonal_scores, diagonal_values = [], []
+    for m in range(2, j + 1):
+        shift = j - m
+        k_m, v_m = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
+        score = (q * k_m).sum(-1, keepdim=True) * scale
+        if shift:
+            score[:, :, :shift] = float("-inf")
+        diagonal_scores.append(score)
+        diagonal_values.append(v_m)
+    scores = torch.cat([full, *diagonal_scores], -1) if diagonal_scores else full
+    # the step's own key (m = j) is always allowed: no empty row; softmax in fp32 under autocast
+    scores = scores.float().softmax(-1).to(q.dtype)
+    attended = torch.matmul(scores[..., :t], values[0])
+    for index, v_m in enumerate(diagonal_values):
+        attended = attended + scores[..., t + index:t + index + 1] * v_m
+    return attended
 
 
 def _shift_right(x: torch.Tensor, shift: int, dim: int = 2) -> torch.Tensor:

@@ -3,8 +3,9 @@ engine start): what the tests of a head's checkpoint layout read back.
 
 ``probe(target, head, method, body)`` runs the prelude below, then ``body``, which sees ``model`` (the
 loaded drafter, fp32), ``checkpoint`` (the head's model.safetensors), ``torch``, ``json`` and ``os``
-and prints one line ``RESULT=<json>``; the parsed JSON comes back with the child's stderr (vLLM's log). vspec's plugin is enabled in the
-child (VSPEC_SPEC), so architectures vspec registers (Qwen2 EAGLE) load too.
+and prints one line ``RESULT=<json>``; the parsed JSON comes back with the child's stderr (vLLM's
+log). vspec's plugin is enabled in the child (VSPEC_SPEC), so architectures vspec registers (Qwen2
+EAGLE) load too.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO / "training"))
 
 from eagle3 import Eagle3Head, checkpoint_tensors, load_exported  # noqa: E402
 
-PROMPTS, BENCH = 40, 4
+PROMPTS, BENCH, EXTRA = 40, 4, 10
 DRAFT_VOCAB = 512
 
 
@@ -61,8 +61,24 @@ def pipeline_run(demo_model_dir, tmp_path_factory) -> dict:
     joined = subprocess.run([sys.executable, str(REPO / "training" / "gpu_pipeline.py"), "--join", str(out / "head")],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert joined.returncode == 0, joined.stderr[-2000:]
+    # A second run resumes from the first, its token shard and its head, with more prompts to answer.
+    resumed, more_prompts = work / "resumed", work / "more-prompts.json.gz"
+    extra = [{"ids": tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": f"And item {i}?"}],
+                                                              tokenize=False, add_generation_prompt=True),
+                               add_special_tokens=False)["input_ids"], "split": "train", "kind": "chat"}
+             for i in range(EXTRA)]
+    with gzip.open(more_prompts, "wt", encoding="utf-8") as handle:
+        json.dump({"version": "test", "prompts": rows + extra, "eos_token_ids": [tokenizer.eos_token_id],
+                   "pad_token_id": tokenizer.eos_token_id}, handle)
+    command[command.index("--prompts") + 1] = str(more_prompts)
+    command = command[:command.index("--out")] + ["--out", str(resumed)] + command[command.index("--out") + 2:]
+    command = [c for c in command if c != "--split-lm-head"]
+    command[command.index("--budget-s") + 1] = "20"
+    command += ["--tokens", str(out / "tokens-0.pt"), "--init-head", str(out / "head")]
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
     return {"out": out, "target": target, "rows": rows, "log": proc.stdout, "split_files": split_files,
-            "vocab": vocab, "eos": tokenizer.eos_token_id}
+            "vocab": vocab, "eos": tokenizer.eos_token_id, "resumed": resumed}
 
 
 def test_the_run_exports_a_head_a_manifest_and_the_token_data(pipeline_run):
@@ -142,6 +158,40 @@ def test_export_round_trips_through_the_trainer(pipeline_run):
     assert set(again) == set(written)
     assert all(torch.equal(again[name], written[name]) for name in written)
     assert isinstance(head, Eagle3Head)
+
+
+def test_a_run_resumes_from_an_earlier_runs_tokens_and_head(pipeline_run):
+    from safetensors.torch import load_file
+
+    first = json.loads((pipeline_run["out"] / "head" / "manifest.json").read_text())
+    second = json.loads((pipeline_run["resumed"] / "head" / "manifest.json").read_text())
+    assert second["data"]["reused_sequences"] == first["data"]["sequences"]
+    assert second["data"]["initial_head"] and second["vocabulary"]["kept_from"] == "--init-head"
+    # no prompt is answered twice: every saved sequence of the second run has a prompt of its own
+    saved = torch.load(str(pipeline_run["resumed"] / "tokens-0.pt"))
+    tokens, offset, prompts = (saved["tokens"].long() & 0xFFFF).tolist(), 0, []
+    for prompt_length, output_length in zip(saved["prompt_lengths"].tolist(), saved["output_lengths"].tolist()):
+        prompts.append(tuple(tokens[offset:offset + prompt_length]))
+        offset += prompt_length + output_length
+    assert len(prompts) == len(set(prompts)) == second["data"]["sequences"] <= PROMPTS + EXTRA
+    assert second["data"]["sequences"] > first["data"]["sequences"]  # it went on with prompts not yet answered
+    runs = (pipeline_run["out"], pipeline_run["resumed"])
+    assert torch.equal(*[load_file(str(run / "head" / "model.safetensors"))["d2t"] for run in runs])
+
+
+def test_training_on_from_a_head_starts_from_its_weights_not_the_targets(pipeline_run):
+    import argparse
+
+    from gpu_pipeline import Trainer, load_target
+
+    args = argparse.Namespace(target=pipeline_run["target"], gguf=None, lrs="1e-3,3e-3")
+    model, config = load_target(args, torch.device("cpu"))
+    first = load_exported(pipeline_run["out"] / "head", config)
+    trainer = Trainer(model, config, first.draft_to_target, args, torch.device("cpu"), start_head=first)
+    fresh = Trainer(model, config, first.draft_to_target, args, torch.device("cpu"))
+    for entry, new in zip(trainer.heads, fresh.heads):
+        assert all(torch.equal(a, b) for a, b in zip(entry["head"].state_dict().values(), first.state_dict().values()))
+        assert not torch.equal(new["head"].fc.weight, first.fc.weight)
 
 
 LOADER_PROBE = r"""

@@ -5,6 +5,7 @@ CPU at a tiny scale.
     python training/gpu_pipeline.py --target DIR --prompts prompts.json --out OUT --budget-s 480
     python training/gpu_pipeline.py --gguf FILE --config-dir DIR ...    # the demo target from its GGUF
     python training/gpu_pipeline.py --join OUT/head                     # after --split-lm-head
+    python training/gpu_pipeline.py ... --tokens OLD/tokens-*.pt --init-head OLD/head   # resume
 
 Stages, all inside one wall-clock budget (each leaves the time the next ones need):
   generate  the target answers every prompt greedily with batched `generate` (left padding); the
@@ -17,6 +18,10 @@ Stages, all inside one wall-clock budget (each leaves the time the next ones nee
             draft step and exact acceptance length against tokens seen) is logged as it goes
   export    the best head in vLLM's EAGLE-3 layout (training/eagle3.py), config.json, manifest.json;
             the token data as a compact uint16 file so a later CPU session can reuse it
+
+Resuming across sessions: `--tokens` takes an earlier run's shards (their prompts are not answered
+again; generation is greedy and the prompt order seeded, so the rest continues where it stopped) and
+`--init-head` an exported head to train on from, keeping its draft vocabulary.
 
 The prompts file is made on a machine with the tokenizer (`python training/prompts.py --ids-out F`),
 so this script needs no tokenizer.
@@ -39,7 +44,8 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from eagle3 import Eagle3Head, aux_layer_ids, checkpoint_tensors, head_config, init_from_target  # noqa: E402
+from eagle3 import (  # noqa: E402
+    Eagle3Head, aux_layer_ids, checkpoint_tensors, head_config, init_from_target, load_exported)
 from head import make_batches  # noqa: E402
 
 STEP_WEIGHTS = (1.0, 0.7, 0.5, 0.35, 0.25)
@@ -77,6 +83,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lrs", default="1e-3,3e-3", help="one head per learning rate, trained side by side")
     parser.add_argument("--eval-every-s", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokens", type=Path, nargs="*", default=[],
+                        help="token shards of an earlier run (tokens-N.pt): their answers are reused, their "
+                             "prompts are not generated again (runs resume across sessions)")
+    parser.add_argument("--init-head", type=Path,
+                        help="an exported head to train on from (its draft vocabulary is kept) instead of the target")
     parser.add_argument("--split-lm-head", action="store_true",
                         help="write the LM head as lm_head.safetensors beside model.safetensors (files come back "
                              "from the GPU machine in pieces of at most 16 MiB); join them with --join")
@@ -149,11 +160,13 @@ class TargetFeatures:
 
 @torch.no_grad()
 def generate(model, prompts: list[dict], args, deadline: float, device: torch.device, eos: list[int],
-             pad: int) -> list[dict]:
-    """Greedy answers, bench prompts first, then the rest in a seeded order until the deadline."""
+             pad: int, answered: set | None = None) -> list[dict]:
+    """Greedy answers, bench prompts first, then the rest in a seeded order until the deadline;
+    prompts in ``answered`` (token-id tuples) are skipped."""
     rng = random.Random(args.seed)
-    order = [p for p in prompts if p["split"] == "bench"]
-    rest = [p for p in prompts if p["split"] != "bench"]
+    answered = answered or set()
+    order = [p for p in prompts if p["split"] == "bench" and tuple(p["ids"]) not in answered]
+    rest = [p for p in prompts if p["split"] != "bench" and tuple(p["ids"]) not in answered]
     rng.shuffle(rest)
     order += rest
     done, tokens, started = [], 0, time.perf_counter()
@@ -183,7 +196,9 @@ def generate(model, prompts: list[dict], args, deadline: float, device: torch.de
 # --- vocabulary --------------------------------------------------------------------------------------
 
 
-def choose_vocab(rows: list[dict], args, vocab_size: int, always: list[int]) -> tuple[torch.Tensor, dict]:
+def choose_vocab(rows: list[dict], args, vocab_size: int, always: list[int],
+                 keep: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """The draft vocabulary (sorted target ids) and its coverage; ``keep``: a head's own, measured."""
     produced = torch.tensor([token for row in rows for token in row["output"]], dtype=torch.long)
     counts = torch.bincount(produced, minlength=vocab_size)
     total = int(counts.sum())
@@ -191,6 +206,11 @@ def choose_vocab(rows: list[dict], args, vocab_size: int, always: list[int]) -> 
     cumulative = counts[ranked].cumsum(0)
     coverage = {n: round(float(cumulative[min(n, vocab_size) - 1]) / max(total, 1), 4)
                 for n in VOCAB_CANDIDATES if n <= vocab_size}
+    if keep is not None:
+        draft_ids = keep.detach().cpu().long()
+        covered = float(counts[draft_ids].sum()) / max(total, 1)
+        return draft_ids, {"size": len(draft_ids), "coverage_of_target_tokens": round(covered, 4),
+                           "coverage_by_size": coverage, "counted_tokens": total, "kept_from": "--init-head"}
     if args.draft_vocab == "auto":
         fitting = [n for n, share in coverage.items() if share >= args.coverage and n <= args.max_draft_vocab]
         size = min(fitting) if fitting else min(args.max_draft_vocab, vocab_size)
@@ -235,7 +255,8 @@ class Batch:
 
 
 class Trainer:
-    def __init__(self, model, config: dict, draft_ids: torch.Tensor, args, device: torch.device):
+    def __init__(self, model, config: dict, draft_ids: torch.Tensor, args, device: torch.device,
+                 start_head: Eagle3Head | None = None):
         self.model, self.config, self.args, self.device = model, config, args, device
         self.features = TargetFeatures(model, config)
         tensors = {name: t.detach() for name, t in model.state_dict().items()}
@@ -247,7 +268,10 @@ class Trainer:
         self.heads = []
         for lr in (float(x) for x in args.lrs.split(",")):
             head = Eagle3Head(config, len(draft_ids)).to(device)
-            init_from_target(head, tensors, config, self.draft_ids)
+            if start_head is None:
+                init_from_target(head, tensors, config, self.draft_ids)
+            else:
+                head.load_state_dict(start_head.state_dict())
             optimizer = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
             self.heads.append({"lr": lr, "head": head, "optimizer": optimizer})
 
@@ -444,6 +468,21 @@ def save_tokens(rows: list[dict], folder: Path, shard_tokens: int = 6_000_000, m
     return saved
 
 
+def load_tokens(paths: list[Path]) -> list[dict]:
+    """The sequences of earlier runs' token shards, as generate() returns them."""
+    rows = []
+    for path in paths:
+        saved = torch.load(str(path))
+        tokens, offset = (saved["tokens"].long() & 0xFFFF).tolist(), 0
+        for prompt_length, output_length, split, kind in zip(saved["prompt_lengths"].tolist(),
+                                                             saved["output_lengths"].tolist(), saved["splits"],
+                                                             saved["kinds"]):
+            rows.append({"ids": tokens[offset:offset + prompt_length], "split": split, "kind": kind,
+                         "output": tokens[offset + prompt_length:offset + prompt_length + output_length]})
+            offset += prompt_length + output_length
+    return rows
+
+
 def read_prompts(path: Path) -> dict:
     import gzip
 
@@ -476,22 +515,29 @@ def main(argv: list[str]) -> int:
     timings = {"load_s": round(time.perf_counter() - started, 1)}
 
     generate_deadline = started + args.budget_s * args.generate_share
+    earlier = load_tokens(args.tokens)
+    answered = {tuple(row["ids"]) for row in earlier}
+    if earlier:
+        log(f"reused: {len(earlier)} sequences, {sum(len(r['output']) for r in earlier)} answer tokens")
+    generator = model
     if args.generate_dtype == "bfloat16":
         import copy
 
         generator = copy.deepcopy(model).to(torch.bfloat16)
-        rows = generate(generator, prompts, args, generate_deadline, device, eos, pad)
-        del generator
-    else:
-        rows = generate(model, prompts, args, generate_deadline, device, eos, pad)
+    fresh = generate(generator, prompts, args, generate_deadline, device, eos, pad, answered)
+    rows = earlier + fresh
+    fresh_tokens = sum(len(r["output"]) for r in fresh)
+    del generator
     timings["generate_s"] = round(time.perf_counter() - started - timings["load_s"], 1)
     saved_sequences = save_tokens(rows, args.out)
     generated = sum(len(r["output"]) for r in rows if r["split"] != "bench")
 
-    draft_ids, vocab = choose_vocab([r for r in rows if r["split"] != "bench"], args, config["vocab_size"], eos)
+    start_head = load_exported(args.init_head, config) if args.init_head else None
+    draft_ids, vocab = choose_vocab([r for r in rows if r["split"] != "bench"], args, config["vocab_size"], eos,
+                                    keep=None if start_head is None else start_head.draft_to_target)
     log(f"vocab: {json.dumps(vocab)}")
 
-    trainer = Trainer(model, config, draft_ids, args, device)
+    trainer = Trainer(model, config, draft_ids, args, device, start_head)
     curve: list = []
     mark = time.perf_counter()
     result = train(trainer, rows, args, deadline - args.reserve_s, pad, curve)
@@ -505,8 +551,10 @@ def main(argv: list[str]) -> int:
         "target_sha256": sha, "target_sha256_expected": args.expect_sha,
         "data": {"prompts_file_version": spec.get("version"), "prompts_available": len(prompts),
                  "sequences": len(rows), "generated_train_tokens": generated, "saved_sequences": saved_sequences,
+                 "reused_sequences": len(earlier), "reused_from": [str(p) for p in args.tokens],
+                 "initial_head": str(args.init_head) if args.init_head else None,
                  "max_new_tokens": args.max_new_tokens, "greedy": True, "generate_dtype": args.generate_dtype,
-                 "generate_tokens_per_s": round(generated / max(timings["generate_s"], 1e-9)),
+                 "generate_tokens_per_s": round(fresh_tokens / max(timings["generate_s"], 1e-9)),
                  "held_out": "split 'bench' (the bench's chat prompts) is answered but never trained on"},
         "vocabulary": vocab,
         "training": dict(result, steps_ahead=args.steps_ahead, batch_tokens=args.batch_tokens,

@@ -139,7 +139,8 @@ def neox_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) 
     return x * angles.cos() + rotated * angles.sin()
 
 
-def chained_attention(q: torch.Tensor, keys: list, values: list, positions: torch.Tensor, head_dim: int) -> torch.Tensor:
+def chained_attention(q: torch.Tensor, keys: list, values: list, positions: torch.Tensor,
+                      head_dim: int) -> torch.Tensor:
     """Attention of draft step j = len(keys) with vLLM's KV cache pattern (module docstring): the
     step-1 keys for positions <= i-(j-1), then the key of step m at position i-(j-m), m = 2..j."""
     j, t = len(keys), positions.shape[0]

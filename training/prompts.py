@@ -174,9 +174,9 @@ def write_ids(out: str, target: str, seed: int) -> dict:
         with safe_open(str(file), "pt") as handle:
             names += list(handle.keys())
     eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     spec = {"version": f"training/prompts.py large_set seed {seed}", "prompts": rows,
-            "eos_token_ids": [eos], "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
-            "fingerprint_names": sorted(names)}
+            "eos_token_ids": [eos], "pad_token_id": pad, "fingerprint_names": sorted(names)}
     with gzip.open(Path(out), "wt", encoding="utf-8") as handle:
         json.dump(spec, handle)
     return spec

@@ -17,6 +17,9 @@ from collections import Counter
 
 MIN_COUNT = 5
 RARE = -1
+ALPHA = 1e-4  # false alarms about 1e-4 per chi-square test
+Z_LIMIT = 4.4  # standard errors of the log-probability gap: two-sided false alarms about 1e-5
+POSITIONS = (2, 3, 4, 5)  # position 1 is sampled from the prefill, before any draft exists
 
 
 def tokens_at(outputs: list[dict], position: int) -> list[int]:
@@ -51,3 +54,16 @@ def logprob_gap(first: list[dict], second: list[dict]) -> tuple[float, float]:
     a, b = mean_logprob(first), mean_logprob(second)
     gap = statistics.fmean(a) - statistics.fmean(b)
     return gap, math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+
+
+def distribution_problems(spec_outputs: list[dict], reference_outputs: list[dict]) -> list[str]:
+    """What the two-sample tests reject (empty when speculation looks like the target)."""
+    problems = []
+    for position in POSITIONS:
+        p_value = homogeneity_p_value(tokens_at(spec_outputs, position), tokens_at(reference_outputs, position))
+        if p_value < ALPHA:
+            problems.append(f"position {position}: token distributions differ (chi-square p={p_value:.2g})")
+    gap, standard_error = logprob_gap(spec_outputs, reference_outputs)
+    if abs(gap) > Z_LIMIT * standard_error:
+        problems.append(f"mean target log-probability per token differs by {gap:+.3f} (+-{standard_error:.3f} s.e.)")
+    return problems

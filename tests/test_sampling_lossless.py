@@ -26,12 +26,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_offline
-from sampling_stats import homogeneity_p_value, logprob_gap, tokens_at
+from sampling_stats import distribution_problems
 
 pytestmark = pytest.mark.vllm
 
-ALPHA = 1e-4
-Z_LIMIT = 4.4
 TEMPERATURE, TOP_P = 0.8, 0.95
 PROMPTS = [
     "one two three one two three one two three one two",
@@ -39,7 +37,6 @@ PROMPTS = [
 ]
 SEEDS_PER_PROMPT = 64
 MAX_TOKENS = 10
-POSITIONS = (2, 3, 4, 5)  # position 1 is sampled from the prefill, before any draft exists
 
 
 def engine_spec(method: str, target: str, drafter: str | None, trace: str | None = None, max_num_seqs: int = 32) -> dict:
@@ -90,19 +87,6 @@ def run_engine(tmp_path, method, target, drafter=None, first_seed=0, env_note=""
 
 def phase(result: dict, name: str) -> dict:
     return next(p for p in result["phases"] if p["name"] == name)
-
-
-def distribution_problems(spec_outputs: list[dict], reference_outputs: list[dict]) -> list[str]:
-    """What the two-sample tests reject (empty when speculation looks like the target)."""
-    problems = []
-    for position in POSITIONS:
-        p_value = homogeneity_p_value(tokens_at(spec_outputs, position), tokens_at(reference_outputs, position))
-        if p_value < ALPHA:
-            problems.append(f"position {position}: token distributions differ (chi-square p={p_value:.2g})")
-    gap, standard_error = logprob_gap(spec_outputs, reference_outputs)
-    if abs(gap) > Z_LIMIT * standard_error:
-        problems.append(f"mean target log-probability per token differs by {gap:+.3f} (+-{standard_error:.3f} s.e.)")
-    return problems
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from head import _shift_right, chained_attention, neox_rope
+from head import _shift_right, chained_attention, project_qkv
 
 
 def aux_layer_ids(num_layers: int) -> list[int]:
@@ -69,17 +69,8 @@ class Eagle3Head(nn.Module):
 
     # --- one draft step --------------------------------------------------------------------------
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return neox_rope(x, positions, self.inv_freq)
-
     def qkv(self, x: torch.Tensor, positions: torch.Tensor):
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = self.rope(q, positions), self.rope(k, positions)
-        group = self.heads // self.kv_heads
-        return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return project_qkv(self, x, positions, self.heads, self.kv_heads, self.head_dim, self.inv_freq)
 
     def finish(self, h: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The pre-norm output: residual h, attention, then the MLP."""

@@ -316,32 +316,39 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, batches: list[Batch]) -> list[dict]:
+        """Per head: top-1 per draft step and the exact acceptance length at K=1..steps. The target's
+        forward runs once per batch for all heads."""
         steps = self.args.steps_ahead
-        results = []
-        for entry in self.heads:
-            hits, counted = [0] * steps, [0] * steps
-            accepted, chains = [0.0] * steps, 0
-            for batch in batches:
-                inputs = self.teacher(batch)
+        tallies = [{"hits": [0] * steps, "counted": [0] * steps, "accepted": [0.0] * steps, "chains": 0}
+                   for _ in self.heads]
+        for batch in batches:
+            inputs = self.teacher(batch)
+            for entry, tally in zip(self.heads, tallies):
                 _, correct = self.losses(entry["head"], batch, inputs, steps)
-                for j in range(steps):
-                    hits[j] += int(correct[j].sum())
-                    counted[j] += int(batch.valid[j].sum())
-                # Exact chains: a draft run starting at p is step j+1 at p+j; it accepts its leading hits.
-                width = correct[0].shape[1] - (steps - 1)
-                if width <= 0:
-                    continue
-                chain_valid = batch.valid[steps - 1][:, steps - 1:]
-                running = torch.ones_like(chain_valid)
-                for j in range(steps):
-                    running = running & correct[j][:, j:j + width]
-                    accepted[j] += float((running & chain_valid).sum())
-                chains += int(chain_valid.sum())
-            rates = [round(h / max(n, 1), 4) for h, n in zip(hits, counted)]
+                self._tally(tally, batch, correct, steps)
+        results = []
+        for tally in tallies:
+            rates = [round(h / max(n, 1), 4) for h, n in zip(tally["hits"], tally["counted"])]
             # acceptance length at K: the bonus token plus the leading accepted drafts, up to K
-            lengths = [round(1 + sum(accepted[:k]) / max(chains, 1), 3) for k in range(1, steps + 1)]
-            results.append({"top1_per_step": rates, "acceptance_length_by_k": lengths, "chains": chains})
+            lengths = [round(1 + sum(tally["accepted"][:k]) / max(tally["chains"], 1), 3) for k in range(1, steps + 1)]
+            results.append({"top1_per_step": rates, "acceptance_length_by_k": lengths, "chains": tally["chains"]})
         return results
+
+    @staticmethod
+    def _tally(tally: dict, batch: Batch, correct: list[torch.Tensor], steps: int) -> None:
+        for j in range(steps):
+            tally["hits"][j] += int(correct[j].sum())
+            tally["counted"][j] += int(batch.valid[j].sum())
+        # Exact chains: a draft run starting at p is step j+1 at p+j; it accepts its leading hits.
+        width = correct[0].shape[1] - (steps - 1)
+        if width <= 0:
+            return
+        chain_valid = batch.valid[steps - 1][:, steps - 1:]
+        running = torch.ones_like(chain_valid)
+        for j in range(steps):
+            running = running & correct[j][:, j:j + width]
+            tally["accepted"][j] += float((running & chain_valid).sum())
+        tally["chains"] += int(chain_valid.sum())
 
 
 def learning_rate_factor(step: int, total: int, warmup: int = 50) -> float:

@@ -92,18 +92,8 @@ class EagleHead(nn.Module):
 
     # --- pieces ---------------------------------------------------------------------------------
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return neox_rope(x, positions, self.inv_freq)
-
     def project(self, layer: HeadLayer, x: torch.Tensor, positions: torch.Tensor):
-        """q (B, heads, T, d) and k, v (B, heads, T, d) with the kv heads repeated for GQA."""
-        b, t, _ = x.shape
-        q = layer.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = layer.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = layer.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = self.rope(q, positions), self.rope(k, positions)
-        group = self.heads // self.kv_heads
-        return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return project_qkv(layer, x, positions, self.heads, self.kv_heads, self.head_dim, self.inv_freq)
 
     # --- chained drafting ------------------------------------------------------------------------
 
@@ -128,6 +118,19 @@ class EagleHead(nn.Module):
 
     def attend(self, q: torch.Tensor, keys: list, values: list, positions: torch.Tensor) -> torch.Tensor:
         return chained_attention(q, keys, values, positions, self.head_dim)
+
+
+def project_qkv(projections: nn.Module, x: torch.Tensor, positions: torch.Tensor, heads: int, kv_heads: int,
+                head_dim: int, inv_freq: torch.Tensor):
+    """q (B, heads, T, d) and k, v (B, heads, T, d) from ``projections``' q_proj, k_proj and v_proj,
+    rotary embedding on q and k, the kv heads repeated for GQA."""
+    b, t, _ = x.shape
+    q = projections.q_proj(x).view(b, t, heads, head_dim).transpose(1, 2)
+    k = projections.k_proj(x).view(b, t, kv_heads, head_dim).transpose(1, 2)
+    v = projections.v_proj(x).view(b, t, kv_heads, head_dim).transpose(1, 2)
+    q, k = neox_rope(q, positions, inv_freq), neox_rope(k, positions, inv_freq)
+    group = heads // kv_heads
+    return q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
 def neox_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:

@@ -104,7 +104,6 @@ class AdaptiveController:
         self._idle = True  # no request in flight: the interleaved bench may switch policies now
         self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
         self._zero_cohort = StickyZero(spec.adaptive.gamma0_reprobe_steps)
-        self._decide_after_drain = False  # a K=0 cohort drained: the next step is a decision, not a hold
         self._skipped_drafts = SkippedDrafts()  # requests the cohort's skipped drafter left unable to draft
         self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
         self._drafted_with: Optional[int] = None  # K that produced the drafts verified next step
@@ -211,11 +210,8 @@ class AdaptiveController:
         if self._zero_cohort.holds():
             decision = Decision(0, "sticky-zero", rewards={})
         else:
-            if self._zero_cohort.probe_due() or self._decide_after_drain:
-                # Not asked while K=0 was held: look now. A "hold" here would be the countdown the
-                # K=0 decision left, and the next cohort would latch K=0 again without anyone looking.
-                self.policy.decide_next(batch_size)
-            self._decide_after_drain = False
+            if self._zero_cohort.decision_due():
+                self.policy.decide_next(batch_size)  # not asked while K=0 was held: look now, don't hold
             decision = self.policy.choose(batch_size, self.max_feasible_gamma(batch_size))
             if self.sticky_zero:
                 self._zero_cohort.chose(decision.gamma)
@@ -266,7 +262,6 @@ class AdaptiveController:
         self._maybe_publish(force=idle_after)
 
     def _cohort_drained(self) -> None:
-        self._decide_after_drain = self._decide_after_drain or self._zero_cohort.active
         self._zero_cohort.drained()
         self._skipped_drafts.clear()  # nobody is left: every skipped request finished
 

@@ -31,6 +31,7 @@ class StickyZero:
         self._held = 0  # steps held in this cohort since it (re)started
         self._backoff = 1  # the hold is reprobe_steps * backoff steps
         self._speculating: int | None = None  # steps of K>0 since a probe ended a cohort; None: no probe on
+        self._drained_while_held = False  # the next step after a drained cohort is a decision
 
     def holds(self) -> bool:
         """Whether this step's K is the cohort's 0 (the policy is not asked); counts the held step."""
@@ -45,6 +46,14 @@ class StickyZero:
         """Inside a cohort whose hold is over: the policy must decide this step."""
         return self.active and bool(self.reprobe_steps) and self._held >= self.reprobe_steps * self._backoff
 
+    def decision_due(self) -> bool:
+        """The policy must decide this step, not "hold": a probe is due, or a K=0 cohort just drained.
+        The policy was not asked while K=0 was held, so its hold countdown is where its K=0 decision
+        left it; a "hold" now would keep K=0 (and latch the next cohort) with nobody having looked."""
+        due = self.probe_due() or self._drained_while_held
+        self._drained_while_held = False
+        return due
+
     def chose(self, gamma: int) -> None:
         """The policy's decision for a step outside a hold."""
         if gamma > 0:
@@ -58,7 +67,8 @@ class StickyZero:
                 self._backoff = self._doubled()
 
     def drained(self) -> None:
-        """Every request of the cohort finished: the next batch starts afresh."""
+        """Every request of the cohort finished: the next batch starts afresh, with a decision."""
+        self._drained_while_held = self._drained_while_held or self.active
         self.active, self._held, self._backoff, self._speculating = False, 0, 1, None
 
     def _speculated(self) -> None:

@@ -75,6 +75,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--generate-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="generation only (features and training stay fp32/TF32): bfloat16 answers faster "
                              "but its greedy text drifts a little from what the fp32 demo serves")
+    parser.add_argument("--questions", type=int, default=0,
+                        help="first have the target write up to N new chat questions (sampled continuations of "
+                             "the prompts file's few-shot lists), answered before the template prompts")
+    parser.add_argument("--questions-share", type=float, default=0.08, help="share of the budget for --questions")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="with --questions: the target's tokenizer folder (tokenizer.json, chat template)")
     parser.add_argument("--batch-tokens", type=int, default=32768, help="padded tokens per training batch")
     parser.add_argument("--draft-vocab", default="auto", help="N, or auto: the smallest candidate covering --coverage")
     parser.add_argument("--coverage", type=float, default=0.98)
@@ -95,6 +101,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.argv = list(argv)
     if args.gguf and not args.config_dir:
         parser.error("--gguf needs --config-dir")
+    if args.questions and not args.tokenizer:
+        parser.error("--questions needs --tokenizer")
     return args
 
 
@@ -155,6 +163,73 @@ class TargetFeatures:
         return aux, final
 
 
+# --- questions ---------------------------------------------------------------------------------------
+
+
+FUNCTION_WORDS = frozenset(
+    "a an the and or but of to in on at for with about from by as into is are was were be been do does did "
+    "can could should would will how what why when where which who whom some any so our your my their his her "
+    "its it i you we they me us them this that these those there than then".split())
+
+
+def words(text: str) -> set[str]:
+    """The content words of a question: what it is about, not its form."""
+    return set("".join(c if c.isalnum() else " " for c in text.lower()).split()) - FUNCTION_WORDS
+
+
+def near(question: str, others: list[set[str]], threshold: float = 0.6) -> bool:
+    """Content-word Jaccard similarity >= threshold with any of ``others``: a paraphrase, not a new question."""
+    mine = words(question)
+    return any(len(mine & other) / max(len(mine | other), 1) >= threshold for other in others)
+
+
+def question_from(continuation: str) -> str | None:
+    """The question the target wrote as the list's next item, or None when it wrote something else."""
+    line = continuation.split("\n", 1)[0].strip()
+    if not line.endswith("?") or not 3 <= len(line.split()) <= 40 or line[:1].isdigit():
+        return None
+    return line
+
+
+@torch.no_grad()
+def write_questions(model, tokenizer, spec: dict, args, deadline: float, device: torch.device,
+                    pad: int) -> list[dict]:
+    """New chat prompts written by the target itself: sampled continuations of few-shot question lists,
+    kept when they are one question, new, and not a paraphrase of a held-out bench question or a seed.
+    They make the training prompts as varied as the target's own idea of what people ask, where the
+    template prompts (topic x form) all read alike."""
+    lists, held_out = spec["question_prompts"], [words(q) for q in spec["held_out_questions"]]
+    seeds = [words(q) for q in spec["question_seeds"]]
+    rng, seen, rows, tried = random.Random(args.seed + 1), set(), [], 0
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    while len(rows) < args.questions and time.perf_counter() < deadline:
+        batch = [lists[rng.randrange(len(lists))] for _ in range(min(args.batch_seqs, 4 * args.questions))]
+        width = max(map(len, batch))
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, prompt in enumerate(batch):
+            ids[row, width - len(prompt):] = torch.tensor(prompt)
+            mask[row, width - len(prompt):] = 1
+        # transformers' sampling draws from the global generator: seed it for a repeatable run
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device)))
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
+                             temperature=1.0, top_p=0.95, top_k=0, max_new_tokens=40, pad_token_id=pad)
+        for text in tokenizer.batch_decode(out[:, width:], skip_special_tokens=True):
+            tried += 1
+            question = question_from(text)
+            if question is None or question.lower() in seen or near(question, held_out) or near(question, seeds, 0.8):
+                continue
+            seen.add(question.lower())
+            prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                                   add_generation_prompt=True)
+            rows.append({"ids": tokenizer(prompt, add_special_tokens=False)["input_ids"], "split": "train",
+                         "kind": "self", "question": question})
+            if len(rows) >= args.questions:
+                break
+        log(f"questions: {len(rows)} kept of {tried} written")
+    return rows
+
+
 # --- generate ----------------------------------------------------------------------------------------
 
 
@@ -168,6 +243,8 @@ def generate(model, prompts: list[dict], args, deadline: float, device: torch.de
     order = [p for p in prompts if p["split"] == "bench" and tuple(p["ids"]) not in answered]
     rest = [p for p in prompts if p["split"] != "bench" and tuple(p["ids"]) not in answered]
     rng.shuffle(rest)
+    # the target's own questions first: in a resumed run the template prompts are mostly answered already
+    rest.sort(key=lambda p: p.get("kind") != "self")
     order += rest
     done, tokens, started = [], 0, time.perf_counter()
     for first in range(0, len(order), args.batch_seqs):
@@ -361,7 +438,12 @@ def train(trainer: Trainer, rows: list[dict], args, deadline: float, pad: int, c
     bench_rows = [i for i, row in enumerate(rows) if row["split"] == "bench"]
     rng.shuffle(train_rows)
     n_val = max(2, int(len(train_rows) * VALIDATION_SHARE))
-    val_rows, train_rows = train_rows[:n_val], train_rows[n_val:]
+    # Validation comes from this run's answers when it resumes: a head trained on from --init-head has
+    # seen the reused ones, and would be chosen over its trained-on versions for having memorised them.
+    fresh = [i for i in train_rows if not rows[i].get("reused")]
+    val_rows = (fresh if len(fresh) >= 2 * n_val else train_rows)[:n_val]
+    chosen = set(val_rows)
+    train_rows = [i for i in train_rows if i not in chosen]
     lengths = [len(row["ids"]) + len(row["output"]) for row in rows]
     steps, device = args.steps_ahead, trainer.device
     val = [Batch(rows, b, steps, pad, device) for b in make_batches(lengths, val_rows, args.batch_tokens, rng)]
@@ -373,6 +455,7 @@ def train(trainer: Trainer, rows: list[dict], args, deadline: float, pad: int, c
     best = {"score": -1.0}
     next_eval = started
     last_losses: list[float] = []
+    loss_log: list[dict] = []  # every 50 steps: the last batch's weighted loss over the draft steps, per head
 
     def record(final: bool = False) -> None:
         nonlocal best
@@ -409,20 +492,29 @@ def train(trainer: Trainer, rows: list[dict], args, deadline: float, pad: int, c
                 schedule.step()
             step += 1
             seen += batch.positions
-            if step == 10:
-                # Fit the cosine schedule to the time left: it must end when training does.
-                per_step = (time.perf_counter() - started) / step
-                total_steps = max(step + 1, int((deadline - started) / per_step * 0.85))
+            if step in (10, 60):
+                # Fit the cosine schedule to the time left: it must end when training does. Fitted again
+                # at step 60 from the steps since 10: the first ones are slow (warm-up, allocator), and
+                # run 2's fit at step 10 alone ended the schedule at half the steps that ran.
+                if step == 10:
+                    per_step, mark_10 = (time.perf_counter() - started) / step, (time.perf_counter(), step)
+                else:
+                    per_step = (time.perf_counter() - mark_10[0]) / (step - mark_10[1])
+                total_steps = max(step + 1, step + int((deadline - time.perf_counter()) / per_step * 0.9))
                 log(f"train: {per_step * 1000:.0f} ms/step, about {total_steps} steps fit the budget")
             if step % 50 == 0:
                 log(f"train: step {step} epoch {epoch} positions {seen} loss {[round(v, 3) for v in values]}")
+                loss_log.append({"step": step, "epoch": epoch, "positions_seen": seen,
+                                 "loss_by_lr": {entry["lr"]: round(v, 3) for entry, v in zip(trainer.heads, values)}})
             if time.perf_counter() >= deadline:
                 break
         epoch += 1
     record(final=True)
     return {"steps": step, "positions_seen": seen, "unique_positions": unique_positions,
             "train_sequences": len(train_rows), "val_sequences": len(val_rows), "bench_sequences": len(bench_rows),
-            "train_s": round(time.perf_counter() - started, 1), "best": best}
+            "train_s": round(time.perf_counter() - started, 1), "best": best,
+            "train_loss_log": {"source": "every 50 steps, the last batch's weighted loss over the draft steps",
+                               "rows": loss_log}}
 
 
 # --- export ------------------------------------------------------------------------------------------
@@ -522,7 +614,7 @@ def main(argv: list[str]) -> int:
     timings = {"load_s": round(time.perf_counter() - started, 1)}
 
     generate_deadline = started + args.budget_s * args.generate_share
-    earlier = load_tokens(args.tokens)
+    earlier = [dict(row, reused=True) for row in load_tokens(args.tokens)]
     answered = {tuple(row["ids"]) for row in earlier}
     if earlier:
         log(f"reused: {len(earlier)} sequences, {sum(len(r['output']) for r in earlier)} answer tokens")
@@ -531,11 +623,21 @@ def main(argv: list[str]) -> int:
         import copy
 
         generator = copy.deepcopy(model).to(torch.bfloat16)
-    fresh = generate(generator, prompts, args, generate_deadline, device, eos, pad, answered)
+    questions = []
+    if args.questions:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(args.tokenizer))
+        questions = write_questions(generator, tokenizer, spec, args, time.perf_counter() + args.budget_s
+                                    * args.questions_share, device, pad)
+        timings["questions_s"] = round(time.perf_counter() - started - timings["load_s"], 1)
+        (args.out / "questions.txt").write_text("".join(q.pop("question") + "\n" for q in questions))
+    fresh = generate(generator, questions + prompts, args, generate_deadline, device, eos, pad, answered)
     rows = earlier + fresh
     fresh_tokens = sum(len(r["output"]) for r in fresh)
     del generator
-    timings["generate_s"] = round(time.perf_counter() - started - timings["load_s"], 1)
+    timings["generate_s"] = round(time.perf_counter() - started - timings["load_s"]
+                                  - timings.get("questions_s", 0), 1)
     saved_sequences = save_tokens(rows, args.out)
     generated = sum(len(r["output"]) for r in rows if r["split"] != "bench")
 
@@ -557,6 +659,8 @@ def main(argv: list[str]) -> int:
         "torch": torch.__version__, "seed": args.seed,
         "target_sha256": sha, "target_sha256_expected": args.expect_sha,
         "data": {"prompts_file_version": spec.get("version"), "prompts_available": len(prompts),
+                 "self_written_questions": len(questions),
+                 "self_written_answered": sum(1 for r in fresh if r.get("kind") == "self"),
                  "sequences": len(rows), "generated_train_tokens": generated, "saved_sequences": saved_sequences,
                  "reused_sequences": len(earlier), "reused_from": [str(p) for p in args.tokens],
                  "initial_head": str(args.init_head) if args.init_head else None,

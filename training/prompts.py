@@ -146,6 +146,54 @@ def large_set(seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
+# Few-shot lists for the pipeline's self-written questions (`gpu_pipeline.py --questions`): the target
+# continues a numbered list of questions people asked an assistant, which a 135M chat model does far
+# better than following "write a question about X". None is about a topic of the bench's chat prompts.
+QUESTION_SEEDS = (
+    "What is the best way to learn to swim as an adult?", "Why do cats purr?",
+    "How can I stop putting off my homework?", "What should I look for when buying a used car?",
+    "Is it better to rent or buy a house?", "How do airplanes stay in the air?",
+    "What are some fun things to do indoors with kids?", "Why is the sky blue?",
+    "How do I keep my houseplants alive in winter?", "How do I become a better listener?",
+    "Can you explain how vaccines work?", "What are the health benefits of stretching?",
+    "How should I prepare for a job interview?", "Why do people get nervous before exams?",
+    "What is the difference between a virus and a bacterium?", "How can neighbours get to know each other?",
+    "What is a healthy breakfast I can make in five minutes?", "Why does bread go stale?",
+    "How do I write a polite complaint to my landlord?", "What are the rules of chess for beginners?",
+    "Why do onions make people cry?", "How long should I boil an egg?",
+    "What causes thunder?", "How can I improve my handwriting?",
+    "What is a good gift for a friend who loves gardening?", "Why do we have time zones?",
+    "How do I ask my manager for a raise?", "What happens to the body when we exercise?",
+    "How does a refrigerator keep food cold?", "What are some tips for taking better photos with a phone?",
+    "Why do some people snore?", "How do I start running if I have never run before?",
+    "What is the difference between a crocodile and an alligator?", "How can I make my email inbox less messy?",
+    "Why is the ocean salty?", "What should I do if I lose my passport abroad?",
+    "How do solar panels turn sunlight into electricity?", "What are good questions to ask on a first date?",
+    "How do I teach my parents to use a smartphone?", "Why do birds fly south in winter?",
+    "What is a simple recipe for vegetable soup?", "How can I remember people's names better?",
+    "Why do we get hiccups?", "What should a first aid kit contain?",
+    "How does compound interest work?", "What are some good books for a long train ride?",
+    "How do I politely decline an invitation?", "Why are some people left-handed?",
+    "What is the best way to clean a cast iron pan?", "How do volcanoes form?",
+    "What are the signs that a child needs glasses?", "How can I make a small apartment feel bigger?",
+    "Why do we celebrate birthdays?", "What is a good way to organise a group trip?",
+    "How do I write a short speech for a wedding?", "Why does ice float on water?",
+    "What can I do about noisy neighbours?", "How do I choose a good password?",
+    "What are the main differences between tea and coffee?", "How does the heart pump blood?",
+)
+
+
+def question_prompts(count: int, seed: int, shots: int = 5) -> list[str]:
+    """Raw-text few-shot lists (no chat template), each ending where the target writes question shots+1."""
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(count):
+        shown = rng.sample(QUESTION_SEEDS, shots)
+        listing = "".join(f"{i + 1}. {q}\n" for i, q in enumerate(shown))
+        prompts.append(f"Here are some questions people asked an AI assistant:\n{listing}{shots + 1}.")
+    return prompts
+
+
 def write_ids(out: str, target: str, seed: int) -> dict:
     """The GPU pipeline's prompts file: token ids through the target's chat template, the bench's
     chat prompts as split "bench", and the fingerprint names of the target's weights."""
@@ -176,7 +224,12 @@ def write_ids(out: str, target: str, seed: int) -> dict:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     spec = {"version": f"training/prompts.py large_set seed {seed}", "prompts": rows,
-            "eos_token_ids": [eos], "pad_token_id": pad, "fingerprint_names": sorted(names)}
+            "eos_token_ids": [eos], "pad_token_id": pad, "fingerprint_names": sorted(names),
+            # for --questions: few-shot lists the target continues, the seeds and the bench's questions
+            # (never written as training prompts)
+            "question_prompts": [tokenizer(p, add_special_tokens=False)["input_ids"]
+                                 for p in question_prompts(4096, seed)],
+            "question_seeds": list(QUESTION_SEEDS), "held_out_questions": list(CHAT_QUESTIONS)}
     with gzip.open(Path(out), "wt", encoding="utf-8") as handle:
         json.dump(spec, handle)
     return spec

@@ -66,7 +66,7 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {
             ("LlamaForCausalLM",),
             None,
             None,
-            "EAGLE-3 head for the demo model, draft vocabulary 8192 (training/gpu_pipeline.py, one H200)",
+            "EAGLE-3 head for the demo model, draft vocabulary 8192 (training/gpu_pipeline.py, two H200 runs)",
             needs_tokenizer=False,
             packaged="smollm2-eagle3",
         ),

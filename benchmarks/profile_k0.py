@@ -1,6 +1,7 @@
 """Where does the time go when vspec serves at K=0? cProfile of one engine, engine core in-process.
 
-Runs the demo preset (SmolLM2, n-gram drafter, or ``--drafter PATH`` as a draft model) with one of:
+Runs the demo preset (SmolLM2, n-gram drafter, or ``--drafter PATH`` as a draft model; ``--preset
+demo-eagle`` for the EAGLE-3 head) with one of:
   target-only   no drafter, no speculative config, no vspec scheduler;
   k0            the n-gram drafter loaded, vspec's scheduler forced to K=0 (``table:1=0``);
 and profiles the engine step loop (scheduler + model runner + drafter, all in this process because
@@ -36,6 +37,7 @@ BUCKETS = {
     "model forward (execute_model)": ("gpu_model_runner.py", "execute_model"),
     "sample_tokens": ("gpu_model_runner.py", "sample_tokens"),
     "drafter propose (runner)": ("gpu_model_runner.py", "propose_draft_token_ids"),
+    "eagle/draft propose": ("llm_base_proposer.py", "propose"),
     "ngram propose": ("ngram_proposer.py", "propose"),
     "_calc_spec_decode_metadata": ("gpu_model_runner.py", "_calc_spec_decode_metadata"),
     "_prepare_inputs": ("gpu_model_runner.py", "_prepare_inputs"),
@@ -48,13 +50,13 @@ BUCKETS = {
 
 
 def build_request(mode: str, workload: str, batch: int, rounds: int, max_tokens: int,
-                  drafter: str | None = None) -> dict:
+                  drafter: str | None = None, preset: str = "demo") -> dict:
     sys.path.insert(0, str(REPO))
     from vspec_cli.benchlib.policies import parse_policies, policy_spec
     from vspec_cli.resolve import resolve_model_paths, resolve_spec
     from vspec_cli.workloads import load_workload
 
-    base = resolve_spec("demo", None, {"method": "draft", "drafter": drafter} if drafter else {})
+    base = resolve_spec(preset, None, {"method": "draft", "drafter": drafter} if drafter else {})
     policy = parse_policies("target-only" if mode == "target-only" else "table:1=0")[0]
     spec = policy_spec(base, policy)
     paths = resolve_model_paths(spec, strict=True)
@@ -87,6 +89,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--drafter", help="a draft model folder (method draft) instead of n-gram drafting, "
                                           "e.g. the output of benchmarks/useless_drafter.py")
+    parser.add_argument("--preset", default="demo", help="the preset whose model and drafter run (demo-eagle: EAGLE-3)")
     parser.add_argument("--out", default="bench-out/profile-k0")
     args = parser.parse_args()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process, so cProfile sees it
@@ -95,7 +98,8 @@ def main() -> None:
 
     from vspec_cli.offline_run import Engine
 
-    request = build_request(args.mode, args.workload, args.batch, args.rounds, args.max_tokens, args.drafter)
+    request = build_request(args.mode, args.workload, args.batch, args.rounds, args.max_tokens, args.drafter,
+                            args.preset)
     engine = Engine(request)
     engine.run_phase(request["phases"][0])  # warm-up batch, not profiled
     profiler = cProfile.Profile()
@@ -105,7 +109,7 @@ def main() -> None:
         tokens += engine.run_phase(phase, index)["output_tokens"]
     profiler.disable()
     elapsed = time.perf_counter() - started
-    name = f"{args.mode}{'-draft' if args.drafter else ''}-{args.workload}@{args.batch}"
+    name = f"{args.preset}-{args.mode}{'-draft' if args.drafter else ''}-{args.workload}@{args.batch}"
     profiler.dump_stats(out / f"{name}.pstats")
     stats = pstats.Stats(profiler)
     buckets = bucket_times(stats)

@@ -8,6 +8,9 @@ CPU at a tiny scale.
     python training/gpu_pipeline.py ... --tokens OLD/tokens-*.pt --init-head OLD/head   # resume
 
 Stages, all inside one wall-clock budget (each leaves the time the next ones need):
+  questions (--questions N) the target writes new chat questions by continuing few-shot question
+            lists (sampled); the ones that are one new question, not near a bench question, become
+            prompts, answered first
   generate  the target answers every prompt greedily with batched `generate` (left padding); the
             bench's held-out prompts (split "bench") are answered too, for evaluation only
   vocab     the draft vocabulary: the N tokens the target produced most often; the share of target

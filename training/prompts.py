@@ -6,7 +6,9 @@ held out for measuring the head.
 
 The large set for the GPU pipeline (`large_set`, tens of thousands of prompts) adds answer styles to
 the chat questions and synthetic coding tasks in four languages, and leaves HumanEval out so the
-bench's code workload stays unseen too. Written with token ids (the target's chat template applied
+bench's code workload stays unseen too. The file also carries few-shot question lists
+(`question_prompts`) from which the pipeline's `--questions` stage has the target write questions of
+its own. Written with token ids (the target's chat template applied
 here, where the tokenizer is) by
 
     .venv/bin/python training/prompts.py --ids-out bench-out/prompts.json.gz --target demo

@@ -96,3 +96,18 @@ def test_the_targets_own_questions_are_answered_before_the_template_prompts(demo
 
     assert [(row["split"], row["kind"]) for row in rows[:3]] == [("bench", "chat"), ("train", "self"), ("train", "self")]
     assert len(rows) == 7 and all(row["output"] for row in rows)
+
+
+def test_a_prompts_file_without_question_lists_is_refused_before_the_target_loads(tmp_path):
+    """An older prompts file (made before --questions existed) must fail at once with what to do, not
+    after minutes of device time with a KeyError."""
+    import gzip
+    import json
+
+    prompts = tmp_path / "old-prompts.json.gz"
+    with gzip.open(prompts, "wt", encoding="utf-8") as handle:
+        json.dump({"version": "old", "prompts": [], "eos_token_ids": [2], "pad_token_id": 2}, handle)
+    with pytest.raises(SystemExit) as refused:
+        gpu_pipeline.main(["--target", str(tmp_path / "no-model-here"), "--prompts", str(prompts), "--out",
+                           str(tmp_path / "out"), "--questions", "8", "--tokenizer", str(tmp_path), "--device", "cpu"])
+    assert "no few-shot question lists" in str(refused.value) and "training/prompts.py --ids-out" in str(refused.value)

@@ -607,6 +607,10 @@ def main(argv: list[str]) -> int:
         torch.backends.cudnn.allow_tf32 = True
     args.out.mkdir(parents=True, exist_ok=True)
     spec = read_prompts(args.prompts)
+    if args.questions and not spec.get("question_prompts"):
+        # checked before the target loads: on a device the budget must not be spent finding out
+        sys.exit(f"gpu_pipeline: {args.prompts} has no few-shot question lists for --questions; write it again "
+                 "with training/prompts.py --ids-out")
     prompts, eos, pad = spec["prompts"], list(spec["eos_token_ids"]), spec["pad_token_id"]
     model, config = load_target(args, device)
     state = model.state_dict()

@@ -203,8 +203,7 @@ def write_questions(model, tokenizer, spec: dict, args, deadline: float, device:
     template prompts (topic x form) all read alike."""
     lists, held_out = spec["question_prompts"], [words(q) for q in spec["held_out_questions"]]
     seeds = [words(q) for q in spec["question_seeds"]]
-    rng, seen, rows, tried = random.Random(args.seed + 1), set(), [], 0
-    generator = torch.Generator(device=device).manual_seed(args.seed)
+    rng, seen, rows, tried, batches = random.Random(args.seed + 1), set(), [], 0, 0
     while len(rows) < args.questions and time.perf_counter() < deadline:
         batch = [lists[rng.randrange(len(lists))] for _ in range(min(args.batch_seqs, 4 * args.questions))]
         width = max(map(len, batch))
@@ -213,8 +212,8 @@ def write_questions(model, tokenizer, spec: dict, args, deadline: float, device:
         for row, prompt in enumerate(batch):
             ids[row, width - len(prompt):] = torch.tensor(prompt)
             mask[row, width - len(prompt):] = 1
-        # transformers' sampling draws from the global generator: seed it for a repeatable run
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device)))
+        torch.manual_seed(args.seed + batches)  # transformers samples from the global generator
+        batches += 1
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
                              temperature=1.0, top_p=0.95, top_k=0, max_new_tokens=40, pad_token_id=pad)
         for text in tokenizer.batch_decode(out[:, width:], skip_special_tokens=True):
@@ -453,6 +452,7 @@ def train(trainer: Trainer, rows: list[dict], args, deadline: float, pad: int, c
     bench = [Batch(rows, b, steps, pad, device) for b in make_batches(lengths, bench_rows, args.batch_tokens, rng)]
     unique_positions = sum(max(0, lengths[i] - len(rows[i]["ids"]) - 1) for i in train_rows)
     started, step, seen, total_steps = time.perf_counter(), 0, 0, 10 ** 9
+    step_10 = (started, 0)  # where the steps timed for the schedule start: 0, then 10
     schedules = [torch.optim.lr_scheduler.LambdaLR(e["optimizer"], lambda s: learning_rate_factor(s, total_steps))
                  for e in trainer.heads]
     best = {"score": -1.0}
@@ -499,10 +499,10 @@ def train(trainer: Trainer, rows: list[dict], args, deadline: float, pad: int, c
                 # Fit the cosine schedule to the time left: it must end when training does. Fitted again
                 # at step 60 from the steps since 10: the first ones are slow (warm-up, allocator), and
                 # run 2's fit at step 10 alone ended the schedule at half the steps that ran.
+                since, since_step = step_10
+                per_step = (time.perf_counter() - since) / (step - since_step)
                 if step == 10:
-                    per_step, mark_10 = (time.perf_counter() - started) / step, (time.perf_counter(), step)
-                else:
-                    per_step = (time.perf_counter() - mark_10[0]) / (step - mark_10[1])
+                    step_10 = (time.perf_counter(), step)
                 total_steps = max(step + 1, step + int((deadline - time.perf_counter()) / per_step * 0.9))
                 log(f"train: {per_step * 1000:.0f} ms/step, about {total_steps} steps fit the budget")
             if step % 50 == 0:
@@ -638,7 +638,7 @@ def main(argv: list[str]) -> int:
         questions = write_questions(generator, tokenizer, spec, args, time.perf_counter() + args.budget_s
                                     * args.questions_share, device, pad)
         timings["questions_s"] = round(time.perf_counter() - started - timings["load_s"], 1)
-        (args.out / "questions.txt").write_text("".join(q.pop("question") + "\n" for q in questions))
+        (args.out / "questions.txt").write_text("".join(row["question"] + "\n" for row in questions))
     fresh = generate(generator, questions + prompts, args, generate_deadline, device, eos, pad, answered)
     rows = earlier + fresh
     fresh_tokens = sum(len(r["output"]) for r in fresh)

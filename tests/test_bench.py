@@ -257,6 +257,54 @@ def test_failed_runs_leave_gaps_not_crashes():
     assert cell["policies"]["fixed:2"]["matches_target_only"] is None and cell["best_fixed"] is None
 
 
+def _phased_run(policy: str, seconds: dict[str, float], rounds: int = 4) -> EngineRun:
+    """One interleaved repeat of one policy in a mixed cell: per round, phases copy@8, chat@8 and a
+    second copy@8 (mixed@1 runs copy@1 twice a round), 100 tokens each."""
+    jitter = [1.0, 1.02, 0.97, 1.01]
+    phases = [{"cell": "mixed@8", "name": f"mixed:{name.split('/')[0]}#{r + 1}", "kind": "mixed", "batch": 8,
+               "round": r, "elapsed_s": s * jitter[r % 4], "started_at": 0.0, "ended_at": 1.0,
+               "output_tokens": 100, "selections": {}, "counters": {}}
+              for r in range(rounds) for name, s in seconds.items()]
+    return EngineRun(policy, 0, 0, ok=True, wall_s=1.0, log="", phases=phases, outputs=[[[1]]] * len(phases))
+
+
+@pytest.mark.parametrize(("chat_at_k0", "reachable", "shown"), [(0.5, False, "out of reach"), (0.2, True, None)])
+def test_mixed_cells_report_the_hindsight_best_k_per_phase(chat_at_k0, reachable, shown):
+    """The oracle runs each phase at its fastest fixed choice: copy at K=3, chat at K=0 (target-only).
+    When even that stays below the 1.10x target, the verdict says the target is out of reach."""
+    from vspec_cli.benchlib.report import checks_lines, markdown
+
+    policies = parse_policies("target-only,fixed:1,fixed:3,online")
+    runs = [_phased_run("target-only", {"copy@8": 2.0, "chat@8": chat_at_k0, "copy@8/2": 2.0}),
+            _phased_run("fixed:1", {"copy@8": 1.5, "chat@8": 0.9, "copy@8/2": 1.5}),
+            _phased_run("fixed:3", {"copy@8": 1.0, "chat@8": 0.6, "copy@8/2": 1.0}),
+            _phased_run("online", {"copy@8": 1.0, "chat@8": 0.6, "copy@8/2": 1.0})]
+    mixed = Cell(Workload("mixed", "", "", lambda b, r: [], 1), 8, ())
+    (cell,) = stats.summarise(policies, [mixed], runs)
+    oracle = cell["phase_oracle"]
+    assert cell["best_fixed"] == "fixed:3"
+    assert oracle["ratio"] == pytest.approx(2.6 / (2.0 + min(0.6, chat_at_k0)), rel=0.02)
+    assert oracle["best_per_phase"] == {"mixed:chat@8": {"target-only" if chat_at_k0 < 0.6 else "fixed:3": 4},
+                                        "mixed:copy@8": {"fixed:3": 4}, "mixed:copy@8 (2)": {"fixed:3": 4}}
+    check = next(c for c in stats.checks(policies, [cell]) if c["check"].endswith("on mixed"))
+    assert check["reachable"] is reachable and check["verdict"] == "missed"  # online = fixed:3 here
+    line = next(line for line in checks_lines([check]))
+    assert (shown in line) if shown else ("out of reach" not in line)
+    document = {"settings": {"target_model": "t", "method": "ngram", "gamma": 3, "dtype": "float32", "rounds": 4,
+                             "max_tokens": 64, "repeats": 1},
+                "machine": {"cpu": "c", "usable_cpus": 2, "memory_gib": 1}, "versions": {}, "command": "vspec bench",
+                "started": "", "finished": "", "driver": "offline", "cells": [cell], "checks": [check], "runs": runs[:0],
+                "files": {}}
+    assert "the best fixed K per phase, in hindsight" in markdown(document)
+
+
+def test_a_stationary_cell_has_no_phase_oracle():
+    policies = parse_policies("target-only,fixed:1,fixed:3")
+    runs = [_rounds_run("target-only", [2.0] * 4), _rounds_run("fixed:1", [1.5] * 4), _rounds_run("fixed:3", [1.0] * 4)]
+    (cell,) = stats.summarise(policies, [_cell()], runs)
+    assert cell["phase_oracle"] is None
+
+
 def test_cells_are_workload_by_batch():
     cells = build_cells(parse_workloads("copy,chat"), [1, 8], rounds=2)
     assert [c.key for c in cells] == ["copy@1", "copy@8", "chat@1", "chat@8"]

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from vspec_cli._output import JSON_SCHEMA_VERSION
 from vspec_cli.atomic import write_text_atomic
+from vspec_cli.benchlib.headroom import headroom_line
 
 SCHEMA = f"vspec/bench/{JSON_SCHEMA_VERSION}"
 
@@ -214,9 +215,18 @@ def checks_lines(checks: list[dict[str, Any]]) -> list[str]:
 
 
 def _fmt_check(check: dict[str, Any]) -> str:
-    if check.get("low") is None:
-        return fmt(check["value"], 2, "x")
-    return f"{check['value']:.2f}x [{check['low']:.2f}-{check['high']:.2f}]"
+    text = _fmt_interval(check["value"], check.get("low"), check.get("high"))
+    if check.get("reachable") is False:
+        # The hindsight per-phase K (benchlib/headroom.py) stays below the target: out of reach.
+        room = check["headroom"]
+        text += f"; out of reach: the best K per phase gives {_fmt_interval(room['ratio'], room['low'], room['high'])}"
+    return text
+
+
+def _fmt_interval(value: Optional[float], low: Optional[float], high: Optional[float]) -> str:
+    if low is None or high is None:
+        return fmt(value, 2, "x")
+    return f"{value:.2f}x [{low:.2f}-{high:.2f}]"
 
 
 def _mode_text(settings: dict[str, Any]) -> str:
@@ -257,6 +267,9 @@ def markdown(document: dict[str, Any]) -> str:
     needs = pairs_line(document["cells"])
     if needs:
         out += ["", needs]
+    rooms = [line for line in map(headroom_line, document["cells"]) if line]
+    if rooms:
+        out += ["", "## Headroom of the non-stationary cells", ""] + [f"- {line}" for line in rooms]
     if document["checks"]:
         out += ["", "## Against the targets", ""] + [f"- {line}" for line in checks_lines(document["checks"])]
     failed = [r for r in document["runs"] if not r["ok"]]

@@ -14,6 +14,9 @@ Definitions (also in docs/benchmarks.md):
 - paired ratios (``paired_*``): per round, tok/s of the policy / tok/s of the reference in the same
   repeat and round, geometric mean with a 95% interval (vspec_cli/benchlib/paired.py says how and
   why); the best fixed K is the ``fixed:K`` with the highest geometric-mean tok/s over the rounds.
+- phase oracle (cells with several phases per round, ``mixed``): per round, each phase at the fastest
+  of target-only and the fixed Ks, paired against the best fixed K: the most a per-phase K could
+  gain (vspec_cli/benchlib/headroom.py).
 - quality (sampled runs): mean target log-probability per generated token (per sequence, then
   averaged), and its gap to target-only's on the same prompts and seeds.
 """
@@ -24,7 +27,7 @@ import statistics
 from collections import Counter
 from typing import Any, Optional
 
-from vspec_cli.benchlib import paired
+from vspec_cli.benchlib import headroom, paired
 from vspec_cli.benchlib.policies import BenchPolicy
 from vspec_cli.benchlib.runner import Cell, EngineRun
 
@@ -63,11 +66,12 @@ def summarise(policies: list[BenchPolicy], cells: list[Cell], runs: list[EngineR
             row["ratio_target_only"] = _ratio(row["tok_s_median"], target)
             row["ratio_best_fixed"] = _ratio(row["tok_s_median"], fixed.get(best_fixed) if best_fixed else None)
             row["ratio_online"] = _ratio(row["tok_s_median"], online)
-        best_fixed = _paired_columns(rows, {p.label: [r for r in ok_runs if r.policy == p.label] for p in policies},
-                                     cell) or best_fixed
+        runs_by_label = {p.label: [r for r in ok_runs if r.policy == p.label] for p in policies}
+        best_fixed = _paired_columns(rows, runs_by_label, cell) or best_fixed
         _quality_gaps(rows)
         summaries.append({"cell": cell.key, "workload": cell.workload.name, "batch": cell.batch,
-                          "phases": len(cell.phases), "best_fixed": best_fixed, "policies": rows})
+                          "phases": len(cell.phases), "best_fixed": best_fixed, "policies": rows,
+                          "phase_oracle": headroom.phase_oracle(runs_by_label, cell.key, best_fixed)})
     return summaries
 
 
@@ -189,8 +193,19 @@ def checks(policies: list[BenchPolicy], summaries: list[dict[str, Any]]) -> list
                 interval = row.get(f"paired_{reference}")
                 value = interval["ratio"] if interval else row[f"ratio_{reference}"]
                 found_verdict = paired.verdict(interval, threshold)
-                found.append({"policy": policy.label, "cell": cell["cell"], "check": name, "threshold": threshold,
-                              "value": value, "low": interval and interval["low"], "high": interval and interval["high"],
-                              "verdict": found_verdict,
-                              "ok": {"met": True, "missed": False}.get(found_verdict or "")})
+                check = {"policy": policy.label, "cell": cell["cell"], "check": name, "threshold": threshold,
+                         "value": value, "low": interval and interval["low"], "high": interval and interval["high"],
+                         "verdict": found_verdict, "ok": {"met": True, "missed": False}.get(found_verdict or "")}
+                if only_workload == "mixed" and cell.get("phase_oracle"):
+                    oracle = cell["phase_oracle"]
+                    check["headroom"] = {key: oracle[key] for key in ("ratio", "low", "high")}
+                    check["reachable"] = _reachable(oracle, threshold)
+                found.append(check)
     return found
+
+
+def _reachable(oracle: Optional[dict[str, Any]], threshold: float) -> Optional[bool]:
+    """Whether the hindsight per-phase K reaches ``threshold``: False when its whole interval is below
+    it (no per-phase choice could meet the target in this run), True when its whole interval is at or
+    above, None when unresolved or not measured."""
+    return {"met": True, "missed": False}.get(paired.verdict(oracle, threshold) or "")

@@ -239,6 +239,7 @@ class _Progress:
 def _render(document: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from vspec_cli.benchlib.headroom import headroom_line
     from vspec_cli.benchlib.report import checks_lines, pairs_line, table_columns, table_rows
 
     table = Table(*table_columns(document["cells"]), title="vspec bench", title_justify="left")
@@ -252,6 +253,8 @@ def _render(document: dict[str, Any]) -> None:
     needs = pairs_line(document["cells"])
     if needs:
         _output.stdout.print(needs, highlight=False)
+    for line in filter(None, map(headroom_line, document["cells"])):
+        _output.stdout.print(line, highlight=False)
     for line in checks_lines(document["checks"]):
         _output.stdout.print(line, highlight=False)
     files = document["files"]

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import CACHE, run_offline
+from conftest import QWEN2_MAX_TOKENS, QWEN2_PROMPTS, qwen2_request, qwen2_spec, run_offline
 
 from vspec_runtime.patches._confidence import ConfidenceStop, trim_drafts
 
@@ -188,35 +188,18 @@ def test_scheduler_counts_cuts_and_controller_traces_them(tmp_path):
 
 # --- engine level --------------------------------------------------------------------------------
 
-PROMPTS = [
-    "one two three one two three one two three one two",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    "def add(a, b):\n    return a + b\n\ndef add(a, b):",
-    "Paris is the capital of France. Berlin is the capital of",
-]
-MAX_TOKENS = 32
-GAMMA = 3
+MAX_TOKENS = QWEN2_MAX_TOKENS
+GAMMA = 3  # qwen2_spec's
 
 
 @pytest.fixture(scope="module")
 def qwen2_eagle(tiny_models):
-    import tiny_models as tm
-
-    head = CACHE / "tiny" / "qwen2-eagle"
-    if not (head / "config.json").exists():
-        tm.build_qwen2_eagle_head(head, tiny_models["qwen2"], seed=5)
-    return str(tiny_models["qwen2"]), str(head)
+    return str(tiny_models["qwen2"]), str(tiny_models["qwen2-eagle"])
 
 
 def run(tmp_path, target, head, adaptive):
-    spec = {"method": "eagle", "target_model": target, "drafter": head, "gamma": GAMMA,
-            "adaptive": dict(adaptive, trace=str(tmp_path / "trace.jsonl")),
-            "serving": {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3,
-                        "max_num_seqs": 8, "device": "cpu"}}
-    request = {"spec": spec, "target_path": target, "drafter_path": head, "chat": False,
-               "engine_overrides": {"enforce_eager": True},
-               "phases": [{"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True}]}
-    return run_offline(request, tmp_path)
+    spec = qwen2_spec("eagle", target, head, adaptive=dict(adaptive, trace=str(tmp_path / "trace.jsonl")))
+    return run_offline(qwen2_request(spec, target, head), tmp_path)
 
 
 def token_ids(result):
@@ -231,8 +214,9 @@ FIXED = {"enabled": True, "policy": "fixed", "fixed_gamma": GAMMA}
 
 
 @pytest.fixture(scope="module")
-def without_stop(qwen2_eagle, tmp_path_factory):
-    return run(tmp_path_factory.mktemp("no-stop"), *qwen2_eagle, FIXED)
+def without_stop(qwen2_runs):
+    """The session's Qwen2 EAGLE run: fixed K, the confidence stop at its default (off), traced."""
+    return qwen2_runs("eagle")
 
 
 @pytest.mark.vllm
@@ -253,7 +237,7 @@ def test_fixed_k_same_output_fewer_verified_drafts_and_cuts_in_the_trace(qwen2_e
     assert all(line["gamma"] == GAMMA and all(1 <= kept < GAMMA for kept in line["kept"].values()) for line in cuts)
     assert all(line["dropped"] == sum(GAMMA - kept for kept in line["kept"].values()) for line in cuts)
     requests_seen = {req for line in cuts for req in line["kept"]}
-    assert len(requests_seen) >= len(PROMPTS), "cuts are per request: every request should appear"
+    assert len(requests_seen) >= len(QWEN2_PROMPTS), "cuts are per request: every request should appear"
     controller = with_stop["controller"]
     assert controller["confidence_dropped_drafts"] == sum(line["dropped"] for line in cuts)
     assert not cut_lines(without_stop) and without_stop["controller"]["confidence_dropped_drafts"] == 0

@@ -12,32 +12,23 @@ import json
 import pytest
 
 import draft_loader
-from conftest import CACHE, run_offline
+from conftest import CACHE, QWEN2_MAX_TOKENS, qwen2_request, qwen2_spec, run_offline
 
 from vspec_runtime.models import QWEN2_EAGLE_ARCHITECTURES, QWEN2_EAGLE_CLASS, register_models
 
-PROMPTS = [
-    "one two three one two three one two three one two",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    "def add(a, b):\n    return a + b\n\ndef add(a, b):",
-    "Paris is the capital of France. Berlin is the capital of",
-]
-MAX_TOKENS = 32
 NO_QKV_BIAS_LOG = "has no QKV biases"
 
 
 @pytest.fixture(scope="module")
 def heads(tiny_models):
-    """The same random head twice: once as shipped, once converted without q/k/v and fc biases."""
+    """The same random head twice: once as shipped (the session's ``tiny_models["qwen2-eagle"]``), once
+    converted without q/k/v and fc biases."""
     import tiny_models as tm
 
-    built = {}
-    for name, biases in (("qwen2-eagle", True), ("qwen2-eagle-nobias", False)):
-        path = CACHE / "tiny" / name
-        if not (path / "config.json").exists():
-            tm.build_qwen2_eagle_head(path, tiny_models["qwen2"], seed=5, qkv_bias=biases, fc_bias=biases)
-        built[name] = path
-    return built
+    path = CACHE / "tiny" / "qwen2-eagle-nobias"
+    if not (path / "config.json").exists():
+        tm.build_qwen2_eagle_head(path, tiny_models["qwen2"], seed=5, qkv_bias=False, fc_bias=False)
+    return {"qwen2-eagle": tiny_models["qwen2-eagle"], "qwen2-eagle-nobias": path}
 
 
 # --- registration ------------------------------------------------------------------------------
@@ -118,39 +109,25 @@ def test_vllm_loader_gives_checkpoint_biases_or_zeros(tiny_models, heads, name, 
 # --- serving -----------------------------------------------------------------------------------
 
 
-def generate(tmp_path, spec: dict, target: str, drafter: str | None = None) -> dict:
-    request = {"spec": spec, "target_path": target, "drafter_path": drafter, "chat": False,
-               "engine_overrides": {"enforce_eager": True},
-               "phases": [{"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True},
-                          {"name": "single", "prompts": PROMPTS[:1], "max_tokens": MAX_TOKENS, "ignore_eos": True}]}
-    return run_offline(request, tmp_path)
-
-
-def spec(method: str, target: str, drafter: str | None = None) -> dict:
-    return {"method": method, "target_model": target, "drafter": drafter, "gamma": 3,
-            "serving": {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3,
-                        "max_num_seqs": 8, "device": "cpu"}}
+def generate(tmp_path, spec_: dict, target: str, drafter: str | None = None) -> dict:
+    return run_offline(qwen2_request(spec_, target, drafter), tmp_path)
 
 
 def token_ids(result: dict) -> list[list[int]]:
     return [out["token_ids"] for phase in result["phases"] for out in phase["outputs"]]
 
 
-@pytest.fixture(scope="module")
-def target_only(tiny_models, tmp_path_factory):
-    target = str(tiny_models["qwen2"])
-    return generate(tmp_path_factory.mktemp("qwen2-target-only"), spec("none", target), target)
-
-
 @pytest.mark.vllm
 @pytest.mark.parametrize("name", ["qwen2-eagle", "qwen2-eagle-nobias"])
-def test_qwen2_eagle_head_serves_with_output_identical_to_target_only(tiny_models, heads, target_only, tmp_path, name):
+def test_qwen2_eagle_head_serves_with_output_identical_to_target_only(tiny_models, heads, qwen2_runs, tmp_path, name):
     target, head = str(tiny_models["qwen2"]), str(heads[name])
     assert json.loads((heads[name] / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLMEagle"]
-    result = generate(tmp_path, spec("eagle", target, head), target, head)
+    # The head with biases is the session's shared run (the relaxed-acceptance test reads it too).
+    result = qwen2_runs("eagle") if name == "qwen2-eagle" else generate(tmp_path, qwen2_spec("eagle", target, head),
+                                                                          target, head)
 
-    assert token_ids(result) == token_ids(target_only)
-    assert all(len(ids) == MAX_TOKENS for ids in token_ids(result))
+    assert token_ids(result) == token_ids(qwen2_runs("target-only"))
+    assert all(len(ids) == QWEN2_MAX_TOKENS for ids in token_ids(result))
     assert result["counters"]["vllm:spec_decode_num_drafts"] > 0, "nothing was drafted"
     assert "loaded a Qwen2 EAGLE-1 head (1 layer(s)) as EagleQwen2ForCausalLM" in result["stderr"]
     assert (NO_QKV_BIAS_LOG in result["stderr"]) == (name == "qwen2-eagle-nobias")

@@ -15,11 +15,10 @@ vLLM's own Llama EAGLE model), so no engine run can serve as a reference for the
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from conftest import CACHE, run_offline
+from conftest import QWEN2_MAX_TOKENS, qwen2_request, qwen2_spec, run_offline
 
 from vspec_runtime.patches import _base
 from vspec_runtime.patches._relaxed import RelaxedRule, generated_tokens
@@ -235,49 +234,28 @@ def test_metrics_say_relaxed_acceptance_is_on(monkeypatch, tmp_path):
 
 # --- engine level ----------------------------------------------------------------------------
 
-PROMPTS = [
-    "one two three one two three one two",
-    "The quick brown fox jumps over the lazy dog. The quick",
-    "Paris is the capital of France. Berlin is the capital of",
-]
-MAX_TOKENS = 32
 AFTER_TOKENS = 4
 
 
-def generate(tmp_path: Path, spec: dict, target: str, drafter: str | None) -> dict:
-    request = {"spec": spec, "target_path": target, "drafter_path": drafter, "chat": False,
-               "engine_overrides": {"enforce_eager": True},
-               "phases": [{"name": "batch", "prompts": PROMPTS, "max_tokens": MAX_TOKENS, "ignore_eos": True}]}
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    result = run_offline(request, tmp_path)
-    return {"ids": [out["token_ids"] for out in result["phases"][0]["outputs"]], "controller": result["controller"]}
+def batch_ids(result: dict) -> list[list[int]]:
+    return [out["token_ids"] for out in result["phases"][0]["outputs"]]
 
 
 @pytest.mark.vllm
-def test_engine_relaxed_is_off_by_default_changes_greedy_outputs_when_on_and_keeps_its_gate(tiny_models, tmp_path):
-    import tiny_models as tm
-
-    target = str(tiny_models["qwen2"])
-    head = CACHE / "tiny" / "qwen2-eagle"
-    if not (head / "config.json").exists():
-        tm.build_qwen2_eagle_head(head, tiny_models["qwen2"], seed=5)
-    serving = {"dtype": "float32", "max_model_len": 512, "gpu_memory_utilization": 0.3, "max_num_seqs": 8,
-               "device": "cpu"}
-    eagle = {"method": "eagle", "target_model": target, "drafter": str(head), "gamma": 3, "serving": serving,
-             "adaptive": {"enabled": True, "policy": "fixed"}}
-
-    target_only = generate(tmp_path / "none", {"method": "none", "target_model": target, "serving": serving},
-                           target, None)
-    off = generate(tmp_path / "off", eagle, target, str(head))
+def test_engine_relaxed_is_off_by_default_changes_greedy_outputs_when_on_and_keeps_its_gate(tiny_models, qwen2_runs,
+                                                                                            tmp_path):
+    target, head = str(tiny_models["qwen2"]), str(tiny_models["qwen2-eagle"])
+    # Target-only and the EAGLE head with relaxed acceptance left at its default: the session's shared runs.
+    target_only, off = qwen2_runs("target-only"), qwen2_runs("eagle")
     # A margin this wide accepts every draft of a random head (the most visible change there is),
     # but only once AFTER_TOKENS output tokens precede the draft.
-    on = generate(tmp_path / "on", dict(eagle, relaxed={"margin": 1000.0, "after_tokens": AFTER_TOKENS}),
-                  target, str(head))
+    relaxed = qwen2_spec("eagle", target, head, relaxed={"margin": 1000.0, "after_tokens": AFTER_TOKENS})
+    on = run_offline(qwen2_request(relaxed, target, head), tmp_path)
 
-    assert off["ids"] == target_only["ids"], "relaxed acceptance is off by default: lossless"
+    assert batch_ids(off) == batch_ids(target_only), "relaxed acceptance is off by default: lossless"
     assert off["controller"]["relaxed"] is False
-    assert on["ids"] != off["ids"], "relaxed acceptance on did not change any greedy output"
-    assert [ids[:AFTER_TOKENS] for ids in on["ids"]] == [ids[:AFTER_TOKENS] for ids in target_only["ids"]], \
+    assert batch_ids(on) != batch_ids(off), "relaxed acceptance on did not change any greedy output"
+    assert [ids[:AFTER_TOKENS] for ids in batch_ids(on)] == [ids[:AFTER_TOKENS] for ids in batch_ids(target_only)], \
         "a draft was relaxed before the request had generated after_tokens tokens"
-    assert all(len(ids) == MAX_TOKENS for ids in on["ids"])
+    assert all(len(ids) == QWEN2_MAX_TOKENS for ids in batch_ids(on))
     assert on["controller"]["relaxed"] is True  # what /metrics shows as vspec_info{relaxed_acceptance="on"}

@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any, Optional
 
 from vspec_cli.benchlib import paired
-from vspec_cli.benchlib.runner import EngineRun
+from vspec_cli.benchlib.runner import EngineRun, phase_round
 
 TARGET_ONLY = "target-only"
 
@@ -36,9 +36,12 @@ def _phase_key(name: str) -> str:
     return name.rsplit("#", 1)[0]
 
 
-def _phase_times(runs_by_label: dict[str, list[EngineRun]], cell_key: str) -> dict[paired.Key, dict[str, dict[str, tuple[float, int]]]]:
+PhaseTimes = dict[paired.Key, dict[str, dict[str, tuple[float, int]]]]
+
+
+def _phase_times(runs_by_label: dict[str, list[EngineRun]], cell_key: str) -> PhaseTimes:
     """(repeat, round) -> phase -> policy -> (seconds, output tokens), for the candidate policies."""
-    found: dict[paired.Key, dict[str, dict[str, tuple[float, int]]]] = defaultdict(lambda: defaultdict(dict))
+    found: PhaseTimes = defaultdict(lambda: defaultdict(dict))
     for label, runs in runs_by_label.items():
         if not _is_candidate(label):
             continue
@@ -47,7 +50,7 @@ def _phase_times(runs_by_label: dict[str, list[EngineRun]], cell_key: str) -> di
             for phase in run.phases:
                 if phase["cell"] != cell_key:
                     continue
-                key, name = (run.repeat, phase.get("round", 0)), _phase_key(phase["name"])
+                key, name = (run.repeat, phase_round(phase)), _phase_key(phase["name"])
                 seen[key, name] += 1
                 if seen[key, name] > 1:  # mixed@1 runs copy@1 twice a round: keep them apart
                     name += f" ({seen[key, name]})"

@@ -88,6 +88,14 @@ def rotated(policies: list[BenchPolicy], repeat: int) -> list[BenchPolicy]:
     return policies[shift:] + policies[:shift]
 
 
+def phase_round(phase: dict[str, Any]) -> int:
+    """The 0-based round of a recorded phase (older results name it only: ``...#R``, 1-based)."""
+    if "round" in phase:
+        return phase["round"]
+    name = phase["name"]
+    return int(name.rsplit("#", 1)[1]) - 1 if "#" in name else 0
+
+
 @dataclass
 class EngineRun:
     policy: str

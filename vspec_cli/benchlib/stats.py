@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from vspec_cli.benchlib import headroom, paired
 from vspec_cli.benchlib.policies import BenchPolicy
-from vspec_cli.benchlib.runner import Cell, EngineRun
+from vspec_cli.benchlib.runner import Cell, EngineRun, phase_round
 
 TARGET_ONLY = "target-only"
 ONLINE = "online"
@@ -82,14 +82,10 @@ def round_rates(runs: list[EngineRun], cell_key: str) -> dict[paired.Key, float]
     for run in runs:
         for phase in run.phases:
             if phase["cell"] == cell_key:
-                key = (run.repeat, phase.get("round", _round_from_name(phase["name"])))
+                key = (run.repeat, phase_round(phase))
                 tokens[key] += phase["output_tokens"]
                 elapsed[key] += phase["elapsed_s"]
     return {key: tokens[key] / elapsed[key] for key in tokens if elapsed[key] > 0}
-
-
-def _round_from_name(name: str) -> int:
-    return int(name.rsplit("#", 1)[1]) - 1 if "#" in name else 0
 
 
 def _paired_columns(rows: dict[str, dict[str, Any]], runs_by_label: dict[str, list[EngineRun]],

@@ -191,6 +191,11 @@ def pairs_line(cells: list[dict[str, Any]]) -> Optional[str]:
             f"({worst[2]}; this run had {worst[1]})")
 
 
+def headroom_lines(cells: list[dict[str, Any]]) -> list[str]:
+    """The phase oracle of each non-stationary cell (benchlib/headroom.py), one line each."""
+    return [line for line in map(headroom_line, cells) if line]
+
+
 def checks_lines(checks: list[dict[str, Any]]) -> list[str]:
     lines = []
     for policy in dict.fromkeys(c["policy"] for c in checks):
@@ -267,7 +272,7 @@ def markdown(document: dict[str, Any]) -> str:
     needs = pairs_line(document["cells"])
     if needs:
         out += ["", needs]
-    rooms = [line for line in map(headroom_line, document["cells"]) if line]
+    rooms = headroom_lines(document["cells"])
     if rooms:
         out += ["", "## Headroom of the non-stationary cells", ""] + [f"- {line}" for line in rooms]
     if document["checks"]:

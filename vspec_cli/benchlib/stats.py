@@ -191,17 +191,16 @@ def checks(policies: list[BenchPolicy], summaries: list[dict[str, Any]]) -> list
                 found_verdict = paired.verdict(interval, threshold)
                 check = {"policy": policy.label, "cell": cell["cell"], "check": name, "threshold": threshold,
                          "value": value, "low": interval and interval["low"], "high": interval and interval["high"],
-                         "verdict": found_verdict, "ok": {"met": True, "missed": False}.get(found_verdict or "")}
+                         "verdict": found_verdict, "ok": _as_ok(found_verdict)}
                 if only_workload == "mixed" and cell.get("phase_oracle"):
                     oracle = cell["phase_oracle"]
                     check["headroom"] = {key: oracle[key] for key in ("ratio", "low", "high")}
-                    check["reachable"] = _reachable(oracle, threshold)
+                    # False: even the hindsight per-phase K stays below the target in this run.
+                    check["reachable"] = _as_ok(paired.verdict(oracle, threshold))
                 found.append(check)
     return found
 
 
-def _reachable(oracle: Optional[dict[str, Any]], threshold: float) -> Optional[bool]:
-    """Whether the hindsight per-phase K reaches ``threshold``: False when its whole interval is below
-    it (no per-phase choice could meet the target in this run), True when its whole interval is at or
-    above, None when unresolved or not measured."""
-    return {"met": True, "missed": False}.get(paired.verdict(oracle, threshold) or "")
+def _as_ok(verdict: Optional[str]) -> Optional[bool]:
+    """'met' -> True, 'missed' -> False, not resolved or not measured -> None."""
+    return {"met": True, "missed": False}.get(verdict or "")

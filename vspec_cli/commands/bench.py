@@ -239,8 +239,7 @@ class _Progress:
 def _render(document: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from vspec_cli.benchlib.headroom import headroom_line
-    from vspec_cli.benchlib.report import checks_lines, pairs_line, table_columns, table_rows
+    from vspec_cli.benchlib.report import checks_lines, headroom_lines, pairs_line, table_columns, table_rows
 
     table = Table(*table_columns(document["cells"]), title="vspec bench", title_justify="left")
     previous = None
@@ -253,7 +252,7 @@ def _render(document: dict[str, Any]) -> None:
     needs = pairs_line(document["cells"])
     if needs:
         _output.stdout.print(needs, highlight=False)
-    for line in filter(None, map(headroom_line, document["cells"])):
+    for line in headroom_lines(document["cells"]):
         _output.stdout.print(line, highlight=False)
     for line in checks_lines(document["checks"]):
         _output.stdout.print(line, highlight=False)

@@ -134,27 +134,71 @@ class AcceptanceStats:
             drafts_ending_at[drafted_tokens] += requests
             if accepted_tokens < drafted_tokens:
                 failures_at[accepted_tokens + 1] += requests
-        depth = min(max(max(drafted, default=0), 0), top)
+        # From the deepest position up, so that "at least j" counts are running sums.
+        reached_at = [0] * (top + 1)
+        drafting_at = [0] * (top + 1)
+        reached = drafting = 0
+        for position in range(top, 0, -1):
+            reached += runs_ending_at[position]
+            drafting += drafts_ending_at[position]
+            reached_at[position], drafting_at[position] = reached, drafting
+        self._fold(reached_at, failures_at, drafting_at, depth=min(max(max(drafted, default=0), 0), top))
+
+    def update_along_runs(self, offsets: Sequence[int], drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """Fold in one verified step whose drafts start ``offsets[i]`` positions into a run.
+
+        For drafters whose correct drafts come in runs that outlast a step (n-gram lookup copying
+        its context): a request that accepted its whole draft last step continues its run, so this
+        step's draft j is run position offset + j (``run_acceptance.py``). Positions past the
+        tracked range share the last one.
+        """
+        top = self.max_positions
+        reached_at = [0] * (top + 1)
+        failures_at = [0] * (top + 2)
+        drafting_at = [0] * (top + 1)
+        depth = 0
+        for (offset, drafted_tokens, accepted_tokens), requests in Counter(zip(offsets, drafted, accepted)).items():
+            offset = max(0, int(offset))
+            drafted_tokens = max(0, int(drafted_tokens))
+            accepted_tokens = min(max(0, int(accepted_tokens)), drafted_tokens)
+            for draft in range(1, drafted_tokens + 1):
+                position = min(offset + draft, top)
+                drafting_at[position] += requests
+                if draft <= accepted_tokens:
+                    reached_at[position] += requests
+            if accepted_tokens < drafted_tokens:
+                failures_at[min(offset + accepted_tokens + 1, top)] += requests
+            depth = max(depth, min(offset + drafted_tokens, top))
+        self._fold(reached_at, failures_at, drafting_at, depth=depth)
+
+    def _fold(self, reached_at: list[int], failures_at: list[int], drafting_at: list[int], depth: int) -> None:
+        """Per position j: ``reached_at[j]`` successes, ``failures_at[j]`` failures, and the decay of
+        ``drafting_at[j]`` drafting requests (none: the slow fade of undrafted evidence)."""
+        top = self.max_positions
         if depth < self._drafted_depth:
             # Positions are about to go undrafted: pin their anchors to the rates as they are now.
             self._refresh_if_stale()
         self._drafted_depth = depth
-        # From the deepest position up, so that "at least j" counts are running sums. The decay
-        # factors only change where some request's draft ended, so they are recomputed only there.
-        reached = drafting = 0
+        # The decay factors only change where the number of drafting requests does, so they are
+        # recomputed only there.
+        last_drafting = 0
         fast_decay = steady_decay = self._stale_decay
         successes, trials = self._successes, self._trials
         fast_successes, fast_trials = self._fast_successes, self._fast_trials
         drafted_since_refresh = self._drafted_since_refresh
         new_trials_total = 0
         for position in range(top, 0, -1):
-            reached += runs_ending_at[position]
-            if drafts_ending_at[position]:
-                drafting += drafts_ending_at[position]
-                fast_decay = max(self._request_decay**drafting, self._step_decay)
-                steady_decay = max(self._steady_request_decay**drafting, self._steady_step_decay)
+            drafting = drafting_at[position]
+            if drafting != last_drafting:
+                last_drafting = drafting
+                if drafting:
+                    fast_decay = max(self._request_decay**drafting, self._step_decay)
+                    steady_decay = max(self._steady_request_decay**drafting, self._steady_step_decay)
+                else:
+                    fast_decay = steady_decay = self._stale_decay
             if drafting:
                 drafted_since_refresh[position] = True
+            reached = reached_at[position]
             new_trials = reached + failures_at[position]
             successes[position] = successes[position] * steady_decay + reached
             trials[position] = trials[position] * steady_decay + new_trials

@@ -22,7 +22,9 @@ Two ways to estimate an arm (``model_guided``):
   (the acceptance model moved) is explored then. E[K] is read for the requests in the batch
   (``batch_acceptance``, default): each request's own acceptance, shrunk toward the pooled rates,
   so a draining batch whose slow requests are left gets their E[K], not that of the fast ones
-  that finished (``batch_acceptance.py``).
+  that finished (``batch_acceptance.py``). With ``acceptance_runs`` (n-gram lookup) E[K] comes
+  instead from the run model (``run_acceptance.py``): its correct drafts come in runs that outlast
+  a step, and per-step position rates measured at one K misjudge every other K.
 
 Beyond the reference, three rules keep the estimates honest at little cost:
 
@@ -54,7 +56,7 @@ rescaled to the new bucket, serve as priors and warm-up becomes a local hill cli
 Decision reasons: warmup, prior (a new bucket's first K), explore, exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
-Size: about 460 lines, an eighth of them this explanation; what is left is the one class, whose rules
+Size: about 490 lines, an eighth of them this explanation; what is left is the one class, whose rules
 (warm-up, exploration, thin contenders, patience, forgetting, bucket priors) all read and write the same
 per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
 bucket_state).
@@ -73,6 +75,7 @@ from vspec_runtime.control.batch_acceptance import BatchAcceptance
 from vspec_runtime.control.bucket_state import BucketState, bucket_summary
 from vspec_runtime.control.online_config import OnlineConfig
 from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
+from vspec_runtime.control.run_acceptance import RunAcceptance
 from vspec_runtime.control.window import ArmWindow, bucket_of
 
 __all__ = ["OnlineConfig", "OnlinePolicy"]
@@ -95,7 +98,22 @@ class OnlinePolicy(Policy):
             memory_requests=config.acceptance_memory_requests,
             stale_half_life_steps=config.acceptance_stale_half_life_steps,
         )
-        self.batch_acceptance = BatchAcceptance(self.acceptance.max_positions) if config.batch_acceptance else None
+        # The batch's own E[K] is read from per-request step rates, which under runs chase every run
+        # (a request's last ten steps): with the run model it is left out (run_acceptance.py).
+        self.batch_acceptance = (
+            BatchAcceptance(self.acceptance.max_positions)
+            if config.batch_acceptance and not config.acceptance_runs
+            else None
+        )
+        self.runs = (
+            RunAcceptance(
+                config.max_gamma,
+                memory_requests=config.acceptance_memory_requests,
+                stale_half_life_steps=config.acceptance_stale_half_life_steps,
+            )
+            if config.acceptance_runs
+            else None
+        )
         self._buckets: dict[int, BucketState] = {}
         self._rng = random.Random(config.seed)
         self._steps = 0
@@ -121,6 +139,8 @@ class OnlinePolicy(Policy):
         self.acceptance.update(*feedback.acceptance_trials())
         if self.batch_acceptance is not None:
             self.batch_acceptance.observe(feedback)
+        if self.runs is not None:
+            self.runs.observe(feedback)
         if not feedback.is_cost_sample(self.config.max_gamma):
             return
         bucket = self._bucket(feedback.batch_size)
@@ -306,7 +326,10 @@ class OnlinePolicy(Policy):
         return estimates, margins, self._predict_unmeasured(bucket, expected, margins, low, high)
 
     def expected_committed_curve(self) -> list[float]:
-        """E[K] for K = 0..max: of the requests in the batch (their own acceptance), or pooled."""
+        """E[K] for K = 0..max: along runs of copyable text (``acceptance_runs``), else of the
+        requests in the batch (their own acceptance), else pooled."""
+        if self.runs is not None:
+            return self.runs.expected_committed_curve()
         pooled = self.acceptance.expected_committed_curve()
         if self.batch_acceptance is None:
             return pooled
@@ -462,3 +485,4 @@ class OnlinePolicy(Policy):
         nearest = min(abs(gamma - current) for gamma in tied)
         tied = sorted(gamma for gamma in tied if abs(gamma - current) == nearest)
         return tied[0] if len(tied) == 1 else self._rng.choice(tied)
+

@@ -51,6 +51,9 @@ class OnlineConfig:
     # Model guidance reads E[K] of the requests in the batch (their own acceptance, shrunk toward the
     # pooled rates) instead of the pooled E[K] of recent requests: batch_acceptance.py says why.
     batch_acceptance: bool = True
+    # Number draft positions along runs of copyable text rather than per step (run_acceptance.py):
+    # right for n-gram lookup, whose correct drafts come in runs that outlast a step.
+    acceptance_runs: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -66,7 +69,9 @@ class OnlineConfig:
         )
 
     @classmethod
-    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int) -> OnlineConfig:
+    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int, method: str | None = None) -> OnlineConfig:
+        """``method``: the spec's drafting method; ``acceptance_model = "auto"`` counts runs for n-gram only."""
+        runs = adaptive.acceptance_model == "run" or (adaptive.acceptance_model == "auto" and method == "ngram")
         return cls(
             max_gamma=max_gamma,
             min_gamma=min(adaptive.min_gamma, max_gamma),
@@ -77,6 +82,7 @@ class OnlineConfig:
             exploration=adaptive.online_exploration,
             model_guided=adaptive.model_guided,
             batch_acceptance=adaptive.batch_acceptance,
+            acceptance_runs=runs,
             seed=adaptive.seed,
         )
 

@@ -75,6 +75,31 @@ class AcceptanceProcess:
 
 
 @dataclass(frozen=True)
+class CopyRuns:
+    """Acceptance in runs the text decides, as n-gram lookup meets it (``run_acceptance.py``).
+
+    Each request is either outside a run, where a run of copyable text starts at a token with
+    probability ``start_rate``, or inside one with r correct tokens left. A step with budget K accepts
+    min(K, r) drafts; when r > K the target's own token is the run's next one too (r falls by K + 1),
+    otherwise the run ends. The run's length is drawn from the step's uniform, between
+    ``shortest`` and ``longest`` tokens, so the common-random-numbers contract holds.
+    """
+
+    start_rate: float
+    shortest: int
+    longest: int
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.start_rate < 1.0 and 1 <= self.shortest <= self.longest):
+            raise ValueError(f"copy runs: need 0 < start_rate < 1 and 1 <= shortest <= longest, got {self}")
+
+    def length(self, uniform: float) -> int:
+        """The run length for a uniform below ``start_rate`` (which started the run)."""
+        spread = self.longest - self.shortest + 1
+        return self.shortest + min(spread - 1, int(uniform / self.start_rate * spread))
+
+
+@dataclass(frozen=True)
 class LatencyModel:
     """Step latency in milliseconds (see the module docstring)."""
 
@@ -190,6 +215,8 @@ class Scenario:
     # step at K=0 skips the drafter, and the requests of that step draft nothing for the rest of
     # their lives, whatever K comes later. Needs a ``stream`` (request identities).
     drafter_skipped_at_zero: bool = False
+    # Acceptance in runs of copyable text instead of ``acceptance``'s memoryless steps (named requests).
+    copy_runs: CopyRuns | None = None
 
     def latency_at(self, step: int) -> LatencyModel:
         latency = self.latency
@@ -284,10 +311,14 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
     result = SimulationResult()
     previous_batch = None
     engine = _StreamEngine(scenario) if scenario.stream is not None else None
+    if scenario.copy_runs is not None:
+        engine = _CopyRunEngine(scenario)
     for step in range(steps):
         batch = scenario.batch_at(step)
         decision = policy.choose(batch, scenario.max_feasible_gamma(batch))
-        if engine is not None:
+        if isinstance(engine, _CopyRunEngine):
+            feedback = engine.step(step, batch, decision.gamma, previous_batch, requests_rng, noise_rng)
+        elif engine is not None:
             feedback = engine.step(step, decision.gamma, requests_rng, noise_rng)
         else:
             feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
@@ -359,6 +390,45 @@ class _StreamEngine:
             request_ids=tuple(f"r{request}" for request, _ in drafting) if gamma else (),
             batch_ids=tuple(f"r{request}" for request in requests),
         )
+
+
+class _CopyRunEngine:
+    """Steps of a ``CopyRuns`` scenario: a fixed batch (``batches``) of named requests, each inside or
+    outside a run of copyable text; the same draws per step as ``_simulate_step``."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.runs = scenario.copy_runs
+        self.left: dict[int, int] = {}  # request -> correct tokens left in its run (0: outside one)
+
+    def step(self, step: int, batch: int, gamma: int, previous_batch: int | None, requests_rng: random.Random,
+             noise_rng: random.Random) -> StepFeedback:
+        scenario = self.scenario
+        accepted = tuple(self._advance(request, requests_rng.random(), gamma) for request in range(batch))
+        noise, unstable_draw = noise_rng.gauss(0.0, 1.0), noise_rng.random()
+        latency = scenario.latency_at(step)
+        ids = tuple(f"r{request}" for request in range(batch))
+        return StepFeedback(
+            batch_size=batch,
+            gamma=gamma,
+            drafted=(gamma,) * batch if gamma else (),
+            accepted=accepted if gamma else (),
+            interval_ms=latency.step_ms(batch, gamma) * max(0.2, 1.0 + latency.noise * noise),
+            stable=batch == previous_batch and unstable_draw >= scenario.unstable_rate,
+            context_tokens=batch * scenario.context_tokens_per_request,
+            batched_tokens=batch * (gamma + 1),
+            request_ids=ids if gamma else (),
+            batch_ids=ids,
+        )
+
+    def _advance(self, request: int, uniform: float, gamma: int) -> int:
+        """Drafts accepted this step; moves the request through its run (the target's token included)."""
+        left = self.left.get(request, 0)
+        if not left and uniform < self.runs.start_rate:
+            left = self.runs.length(uniform)
+        accepted = min(gamma, left)
+        self.left[request] = left - accepted - 1 if left > accepted else 0
+        return accepted
 
 
 def _record(result: SimulationResult, decision: Decision, feedback: StepFeedback) -> None:
@@ -480,6 +550,25 @@ def workload_shift(cell_steps: int = 300) -> Scenario:
         batches=((0, 1), (cell_steps, 8), (2 * cell_steps, 1), (3 * cell_steps, 8)),
         later_latencies=((2 * cell_steps, chat),),
         steps=4 * cell_steps,
+    )
+
+
+def copy_runs(steps: int = 2000, batch: int = 1) -> Scenario:
+    """(g) n-gram lookup on code: runs of 5-9 copyable tokens start at 7% of the tokens outside one,
+    and each verified token costs a little (the demo's code@1 and code@8, docs/benchmarks.md).
+
+    At batch 1 the best fixed K is 3-4, at batch 8 it is 1; a model that numbers draft positions per
+    step sees K=6 commit 20-25% more than it does while it sits at a small K (its first draft is
+    then often inside a run), and chases it.
+    """
+    return Scenario(
+        f"copy-runs@{batch}",
+        AcceptanceProcess.constant(0.5),  # unused: the runs decide acceptance
+        LatencyModel(base_ms=26.0 if batch == 1 else 48.0, verify_ms_per_token=1.1 if batch == 1 else 0.6,
+                     knee_tokens=batch, draft_ms_per_forward=0.0, noise=0.05),
+        batches=((0, batch),),
+        steps=steps,
+        copy_runs=CopyRuns(start_rate=0.07, shortest=5, longest=9),
     )
 
 

@@ -112,13 +112,11 @@ def test_runs_change_nothing_where_acceptance_has_no_memory(scenario):
     assert ratios[True] >= ratios[False] - 0.01, ratios
 
 
-@pytest.mark.parametrize(("setting", "method", "runs"), [
-    ("auto", "ngram", True), ("auto", "eagle3", False), ("auto", "draft", False), ("auto", None, False),
-    ("run", "eagle", True), ("step", "ngram", False),
-])
-def test_the_acceptance_model_follows_the_drafting_method_unless_set(setting, method, runs):
-    config = OnlineConfig.from_settings(AdaptiveSettings(enabled=True, acceptance_model=setting), 6, method)
+@pytest.mark.parametrize(("setting", "runs"), [("step", False), ("run", True)])
+def test_the_acceptance_model_is_per_step_unless_runs_are_asked_for(setting, runs):
+    config = OnlineConfig.from_settings(AdaptiveSettings(enabled=True, acceptance_model=setting), 6)
     assert config.acceptance_runs is runs
+    assert OnlineConfig.from_settings(AdaptiveSettings(enabled=True), 6).acceptance_runs is False
 
 
 def test_along_runs_with_every_offset_zero_is_the_step_update():
@@ -135,3 +133,12 @@ def test_positions_past_the_tracked_range_share_the_last_one():
     stats.update_along_runs((10,), (3,), (2,))  # run positions 11-13: all past position 4
     assert stats.evidence(4) == pytest.approx(3.0)  # two successes and a failure, all at position 4
     assert stats.evidence(1) == 0.0
+
+
+def test_the_trace_shows_the_curve_the_decisions_read():
+    policy = OnlinePolicy(max_gamma=6, acceptance_runs=True)
+    simulate.run(policy, 400, simulate.copy_runs(400, 8), seed=1)
+    acceptance = policy.summary()["acceptance"]
+    assert acceptance["run_expected_committed"] == pytest.approx(policy.expected_committed_curve(), abs=1e-4)
+    assert len(acceptance["run_rates"]) == 16 and acceptance["run_rates"][0] < 0.2
+    assert "batch_expected_committed" not in acceptance  # the batch's step rates are not read with runs

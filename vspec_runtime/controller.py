@@ -131,7 +131,7 @@ class AdaptiveController:
         labelled = envs.get("VSPEC_BENCH_POLICIES")
         if labelled:
             return self._build_switch(json.loads(labelled))
-        policy = self._make_one(self.spec.adaptive, self.max_gamma, self.spec.method)
+        policy = self._make_one(self.spec.adaptive, self.max_gamma)
         fail_after = envs.get("VSPEC_FAULT_AFTER_STEPS")
         if fail_after is not None:
             # Inside the guard, exactly where a real policy bug would surface.
@@ -139,9 +139,9 @@ class AdaptiveController:
         return policy
 
     @staticmethod
-    def _make_one(adaptive, max_gamma: int, method: str) -> Policy:
+    def _make_one(adaptive, max_gamma: int) -> Policy:
         profile = load_profile(adaptive.profile) if adaptive.policy == "profile" else None
-        return make_policy(adaptive, max_gamma, profile=profile, method=method)
+        return make_policy(adaptive, max_gamma, profile=profile)
 
     def _build_switch(self, labelled: dict[str, Any]) -> PolicySwitch:
         """One policy per label, each with its own settings and its own max K (<= the engine's)."""
@@ -149,7 +149,7 @@ class AdaptiveController:
 
         policies = {
             label: self._make_one(AdaptiveSettings.model_validate(entry["adaptive"]),
-                                  min(self.max_gamma, int(entry.get("gamma", self.max_gamma))), self.spec.method)
+                                  min(self.max_gamma, int(entry.get("gamma", self.max_gamma))))
             for label, entry in labelled.items()
         }
         logger.info("vspec: interleaved bench, one engine switching between %s", ", ".join(policies))

@@ -48,9 +48,9 @@ class AdaptiveSettings(_Strict):
                                                  "model and skip hopeless ones.")
     batch_acceptance: bool = Field(True, description="Online policy: expect from the requests in the batch "
                                                      "what they accepted, not what recent requests did.")
-    acceptance_model: Literal["auto", "step", "run"] = Field(
-        "auto", description="Online policy: number draft positions per step (model drafters) or along runs "
-                            "of copyable text (n-gram lookup); auto picks by method.")
+    acceptance_model: Literal["step", "run"] = Field(
+        "step", description="Online policy: number draft positions per step, or along runs of copyable text "
+                            "(n-gram lookup; opt-in until a bench resolves a gain).")
     gamma0_mode: Literal["sticky", "sync"] = Field(
         "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
     gamma0_reprobe_steps: int = Field(

@@ -51,13 +51,11 @@ __all__ = [
 ]
 
 
-def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None = None,
-                method: str | None = None) -> Policy:
+def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None = None) -> Policy:
     """The policy ``adaptive.policy`` names, for candidates K in [min_gamma, max_gamma], guarded.
 
     ``max_gamma`` is the start-up num_speculative_tokens. ``profile`` is the profile JSON already
-    loaded by the caller (required for policy "profile"). ``method`` is the spec's drafting method
-    (the online policy's ``acceptance_model = "auto"`` reads it). On a policy fault the guard runs
+    loaded by the caller (required for policy "profile"). On a policy fault the guard runs
     ``fixed_gamma`` if set, else ``max_gamma``: what vLLM would have done without vspec.
     Raises ValueError with a one-line message on settings the policy cannot run with.
     """
@@ -65,14 +63,14 @@ def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, A
     # for a profile that covers fewer K), so only this check sees one above the engine's K.
     rules = KRules(max_gamma, adaptive.min_gamma, adaptive.max_gamma_step, adaptive.control_interval)
     check_adaptive_settings("adaptive settings", rules, adaptive.hysteresis)
-    inner = _build(adaptive, max_gamma, profile, method)
+    inner = _build(adaptive, max_gamma, profile)
     safe_gamma = min(adaptive.fixed_gamma if adaptive.fixed_gamma is not None else max_gamma, max_gamma)
     return GuardedPolicy(inner, safe_gamma=safe_gamma, max_gamma=max_gamma)
 
 
-def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None, method: str | None) -> Policy:
+def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None) -> Policy:
     if adaptive.policy == "online":
-        return OnlinePolicy(OnlineConfig.from_settings(adaptive, max_gamma, method))
+        return OnlinePolicy(OnlineConfig.from_settings(adaptive, max_gamma))
     if adaptive.policy == "profile":
         if profile is None:
             raise ValueError("adaptive.profile: policy 'profile' needs a profile (--adaptive-profile PATH)")

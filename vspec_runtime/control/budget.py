@@ -21,6 +21,9 @@ def _feedback_pool(
     """Ready-made feedback per K, so that building it is not part of what is timed."""
     rng = random.Random(seed)
     probabilities = (acceptance_rate,) * max(1, max_gamma)
+    # Request identities, as the scheduler passes them: what per-request bookkeeping (the batch's
+    # own acceptance, runs of copyable text) works from.
+    ids = tuple(f"r{request}" for request in range(batch_size))
     pool = []
     for gamma in range(max_gamma + 1):
         samples = []
@@ -36,6 +39,8 @@ def _feedback_pool(
                     stable=True,
                     context_tokens=512 * batch_size,
                     batched_tokens=batch_size * (gamma + 1),
+                    request_ids=ids if gamma else (),
+                    batch_ids=ids,
                 )
             )
         pool.append(samples)

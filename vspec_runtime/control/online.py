@@ -22,8 +22,8 @@ Two ways to estimate an arm (``model_guided``):
   (the acceptance model moved) is explored then. E[K] is read for the requests in the batch
   (``batch_acceptance``, default): each request's own acceptance, shrunk toward the pooled rates,
   so a draining batch whose slow requests are left gets their E[K], not that of the fast ones
-  that finished (``batch_acceptance.py``). With ``acceptance_runs`` (n-gram lookup) E[K] comes
-  instead from the run model (``run_acceptance.py``): its correct drafts come in runs that outlast
+  that finished (``batch_acceptance.py``). With ``acceptance_runs`` (opt-in, for n-gram lookup) E[K]
+  comes instead from the run model (``run_acceptance.py``): its correct drafts come in runs that outlast
   a step, and per-step position rates measured at one K misjudge every other K.
 
 Beyond the reference, three rules keep the estimates honest at little cost:
@@ -179,6 +179,10 @@ class OnlinePolicy(Policy):
 
     def _acceptance_summary(self) -> dict[str, Any]:
         summary = self.acceptance.summary()
+        if self.runs is not None:
+            # What the decisions read: E[K] along runs, and the run-position rates behind it.
+            summary["run_expected_committed"] = [round(value, 4) for value in self.runs.expected_committed_curve()]
+            summary["run_rates"] = [round(rate, 4) for rate in self.runs.rates()[:16]]
         if self.batch_acceptance is not None:
             # What the decisions read: E[K] of the requests in the latest step.
             summary["batch_requests"] = len(self.batch_acceptance.batch)

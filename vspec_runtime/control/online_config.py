@@ -69,9 +69,7 @@ class OnlineConfig:
         )
 
     @classmethod
-    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int, method: str | None = None) -> OnlineConfig:
-        """``method``: the spec's drafting method; ``acceptance_model = "auto"`` counts runs for n-gram only."""
-        runs = adaptive.acceptance_model == "run" or (adaptive.acceptance_model == "auto" and method == "ngram")
+    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int) -> OnlineConfig:
         return cls(
             max_gamma=max_gamma,
             min_gamma=min(adaptive.min_gamma, max_gamma),
@@ -82,7 +80,7 @@ class OnlineConfig:
             exploration=adaptive.online_exploration,
             model_guided=adaptive.model_guided,
             batch_acceptance=adaptive.batch_acceptance,
-            acceptance_runs=runs,
+            acceptance_runs=adaptive.acceptance_model == "run",
             seed=adaptive.seed,
         )
 

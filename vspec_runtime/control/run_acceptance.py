@@ -11,7 +11,8 @@ seven tokens, three per 64-token answer) the first draft of a step is accepted 2
 K=1 (runs take several steps, most of them inside a run) and 11.5% at K=6 (one step per run): sat at
 K=1 the step model expected K=6 to commit 25% more than it does, sat at K=6 it expected K=1 to commit
 17% less. The online policy chased that bias between K=6 and K=0 and ran 0.93-0.95x the best fixed
-K on code (docs/benchmarks.md, run 8).
+K on code (docs/benchmarks.md, run 8). Opt-in (``adaptive.acceptance_model = "run"``): in the
+simulator it removes that loss, on the demo bench it has not resolved a gain yet (run 10).
 
 This model numbers positions along the run instead. A request that accepted its whole budget K last
 step starts this step at run position offset + K + 1 (the target's own token, produced after the last

@@ -40,12 +40,14 @@ class BatchAcceptance:
         budget = feedback.gamma if feedback.stable and feedback.gamma > 0 else 0
         if not budget and not feedback.request_ids:
             return  # nothing drafted (a K=0 step): no trials, and this runs on every step
+        if budget:
+            # Budget trials: every request had K positions; one without a draft accepted none.
+            accepted_by = dict(zip(feedback.request_ids, feedback.accepted))
+            self.requests.observe_step(
+                (request_id, budget, min(accepted_by.get(request_id, 0), budget)) for request_id in self.batch)
+            return
         made = dict(zip(feedback.request_ids, zip(feedback.drafted, feedback.accepted)))
-        for request_id in self.batch:
-            drafted, accepted = made.get(request_id, (0, 0))
-            if budget:
-                drafted, accepted = budget, min(accepted, budget)
-            self.requests.observe(request_id, drafted, accepted)
+        self.requests.observe_step((request_id, *made.get(request_id, (0, 0))) for request_id in self.batch)
 
     def expected_committed_curve(self, pooled_rates: Sequence[float], pooled_curve: Sequence[float]) -> list[float]:
         """E[K] for K = 0..len(pooled_curve)-1, averaged over the batch; the pooled curve without one."""

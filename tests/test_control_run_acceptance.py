@@ -59,7 +59,8 @@ def test_rates_measured_at_one_k_predict_what_every_k_commits(measured_at):
     truth = {gamma: tokens_per_request_step(gamma, 8, seed=2) for gamma in (1, 3, 6)}
     for gamma, commits in truth.items():
         assert runs[gamma] == pytest.approx(commits, rel=0.03), (
-            f"measured at K={measured_at}, the run model expects {runs[gamma]:.3f} at K={gamma}; it commits {commits:.3f}")
+            f"measured at K={measured_at}, the run model expects {runs[gamma]:.3f} at K={gamma}; "
+            f"it commits {commits:.3f}")
     if measured_at != 3:
         # The scenario has the bias the run model removes: numbered per step, rates measured at one
         # end of the range misjudge the other end by more than the 2% the bench resolves.

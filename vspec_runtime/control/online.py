@@ -489,4 +489,3 @@ class OnlinePolicy(Policy):
         nearest = min(abs(gamma - current) for gamma in tied)
         tied = sorted(gamma for gamma in tied if abs(gamma - current) == nearest)
         return tied[0] if len(tied) == 1 else self._rng.choice(tied)
-

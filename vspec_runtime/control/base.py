@@ -81,6 +81,27 @@ class StepFeedback:
             accepted = tuple(min(a, self.gamma) for a in accepted)
         return (self.gamma,) * able, tuple(accepted) + (0,) * missing
 
+    def able_requests(self) -> tuple[str, ...]:
+        """The requests of the step that can draft. Those that cannot (a sticky K=0 cohort skipped
+        their drafter) commit one token whatever K: counted, they would make K>0 look worthless for
+        as long as they run, and a re-probe under continuous load finds the whole batch so."""
+        if not self.cannot_draft:
+            return self.batch_ids
+        cannot = set(self.cannot_draft)
+        return tuple(request for request in self.batch_ids if request not in cannot)
+
+    def trials_by_request(self) -> list[tuple[str, int, int]]:
+        """(request, drafted, accepted) for every ``able_requests`` entry, counted as
+        ``acceptance_trials`` counts them: on a stable step each had K positions (one without a
+        draft accepted none); otherwise the drafts as made, (0, 0) for a request without. Empty
+        when the step does not name its requests."""
+        able = self.able_requests()
+        if self.stable and self.gamma > 0:
+            accepted_by = dict(zip(self.request_ids, self.accepted))
+            return [(request, self.gamma, min(accepted_by.get(request, 0), self.gamma)) for request in able]
+        made = dict(zip(self.request_ids, zip(self.drafted, self.accepted)))
+        return [(request, *made.get(request, (0, 0))) for request in able]
+
 
 @dataclass(frozen=True)
 class Target:

@@ -36,18 +36,12 @@ class BatchAcceptance:
         self.batch: tuple[str, ...] = ()  # the latest step's requests: the best guess of the next batch
 
     def observe(self, feedback: StepFeedback) -> None:
-        self.batch = _drafting_requests(feedback)
-        budget = feedback.gamma if feedback.stable and feedback.gamma > 0 else 0
-        if not budget and not feedback.request_ids:
+        if not (feedback.stable and feedback.gamma > 0) and not feedback.request_ids:
+            self.batch = feedback.able_requests()
             return  # nothing drafted (a K=0 step): no trials, and this runs on every step
-        if budget:
-            # Budget trials: every request had K positions; one without a draft accepted none.
-            accepted_by = dict(zip(feedback.request_ids, feedback.accepted))
-            self.requests.observe_step(
-                (request_id, budget, min(accepted_by.get(request_id, 0), budget)) for request_id in self.batch)
-            return
-        made = dict(zip(feedback.request_ids, zip(feedback.drafted, feedback.accepted)))
-        self.requests.observe_step((request_id, *made.get(request_id, (0, 0))) for request_id in self.batch)
+        trials = feedback.trials_by_request()
+        self.batch = tuple(request for request, _, _ in trials)
+        self.requests.observe_step(trials)
 
     def expected_committed_curve(self, pooled_rates: Sequence[float], pooled_curve: Sequence[float]) -> list[float]:
         """E[K] for K = 0..len(pooled_curve)-1, averaged over the batch; the pooled curve without one."""
@@ -63,12 +57,3 @@ class BatchAcceptance:
                 totals[k] += committed
         return [total / len(self.batch) for total in totals]
 
-
-def _drafting_requests(feedback: StepFeedback) -> tuple[str, ...]:
-    """The requests of the step that can draft. Those that cannot (skipped by a sticky K=0 cohort)
-    commit one token whatever K; counting them would make K>0 look worthless for as long as they run,
-    and a re-probe under continuous load finds the whole batch in that state."""
-    if not feedback.cannot_draft:
-        return feedback.batch_ids
-    cannot = set(feedback.cannot_draft)
-    return tuple(request for request in feedback.batch_ids if request not in cannot)

@@ -45,13 +45,20 @@ def band_of(rate: float) -> str:
     return next(name for upper, name in BANDS if rate < upper)
 
 
-def _observe_positions(successes: list[float], trials: list[float], drafted: int, accepted: int) -> None:
-    """Positions 1..accepted succeeded; position accepted+1 failed when a draft was rejected."""
-    for position in range(min(accepted, drafted)):
-        successes[position] += 1.0
-        trials[position] += 1.0
-    if accepted < drafted:
-        trials[accepted] += 1.0
+def _decay_and_observe(successes: list[float], trials: list[float], depth: int, accepted: int,
+                       decay: float) -> None:
+    """One request-step that drafted ``depth`` positions (clipped by the caller): every drafted
+    position decays, positions 1..accepted succeed, position accepted+1 fails when a draft was
+    rejected. One pass: this runs for every request of every step."""
+    kept = accepted if accepted < depth else depth
+    for position in range(kept):
+        successes[position] = successes[position] * decay + 1.0
+        trials[position] = trials[position] * decay + 1.0
+    for position in range(kept, depth):
+        successes[position] *= decay
+        trials[position] *= decay
+    if kept < depth:
+        trials[kept] += 1.0  # the first rejected draft
 
 
 class PooledRates:
@@ -68,10 +75,7 @@ class PooledRates:
     def observe(self, drafted: int, accepted: int) -> None:
         if drafted <= 0:
             return
-        for position in range(min(drafted, len(self.trials))):
-            self.successes[position] *= self.decay
-            self.trials[position] *= self.decay
-        _observe_positions(self.successes, self.trials, min(drafted, len(self.trials)), accepted)
+        _decay_and_observe(self.successes, self.trials, min(drafted, len(self.trials)), max(0, accepted), self.decay)
 
     def rates(self) -> list[float]:
         """p_j with the previous position's rate as the prior of the next (an unseen depth is as good)."""
@@ -122,8 +126,8 @@ class RequestAcceptance:
         """``observe`` for every (request, drafted, accepted) of one step.
 
         This runs for every request of every step (the batch's own acceptance): at batch 256 it was
-        most of the online policy's time per step, so the decay and the new trial share one pass
-        and the lookups are hoisted out of the loop.
+        most of the online policy's time per step, so the lookups are hoisted out of the loop
+        (``_decay_and_observe`` makes the decay and the new trial one pass).
         """
         records, decay, top = self._requests, self.decay, self.max_positions
         for request_id, drafted, accepted in outcomes:
@@ -135,16 +139,7 @@ class RequestAcceptance:
             else:
                 records.move_to_end(request_id)
             depth = drafted if drafted < top else top
-            kept = accepted if accepted < depth else depth
-            successes, trials = record.successes, record.trials
-            for position in range(kept):
-                successes[position] = successes[position] * decay + 1.0
-                trials[position] = trials[position] * decay + 1.0
-            for position in range(kept, depth):
-                successes[position] *= decay
-                trials[position] *= decay
-            if kept < depth:
-                trials[kept] += 1.0  # the first rejected draft
+            _decay_and_observe(record.successes, record.trials, depth, accepted, decay)
 
     def survival(self, request_id: str, prior: Sequence[float], depth: int) -> list[float]:
         """s_j = P(drafts 1..j all accepted) for j = 1..depth."""
@@ -244,9 +239,9 @@ class DraftAllocator:
 
     def observe_step(self, request_ids: Sequence[str], drafted: Sequence[int], accepted: Sequence[int],
                      batched_tokens: int, interval_ms: float, pure_decode: bool) -> None:
-        for request_id, made, taken in zip(request_ids, drafted, accepted):
+        for made, taken in zip(drafted, accepted):
             self.pooled.observe(made, taken)
-            self.requests.observe(request_id, made, taken)
+        self.requests.observe_step(zip(request_ids, drafted, accepted))
         if pure_decode:
             self.cost.observe(batched_tokens, interval_ms)
 

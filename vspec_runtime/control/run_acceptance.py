@@ -104,21 +104,23 @@ class RunAcceptance:
 
     def observe(self, feedback: StepFeedback) -> None:
         """Fold in one step's budget trials at their run positions, and move each request's offset."""
-        drafted, accepted = feedback.acceptance_trials()
-        if not drafted:
+        trials = feedback.trials_by_request()
+        if not trials:
+            # Without request identities runs cannot be followed: every draft starts a run.
+            drafted, accepted = feedback.acceptance_trials()
+            if drafted:
+                self._fold((0,) * len(drafted), drafted, accepted)
+            return
+        if not any(made for _, made, _ in trials):
             # Nothing drafted (K=0): the target's one token per request leaves the runs untracked.
-            for request in feedback.batch_ids:
+            for request, _, _ in trials:
                 self._offsets.pop(request, None)
             return
-        requests = _trial_requests(feedback, len(drafted))
-        if requests is None:
-            # Without request identities runs cannot be followed: every draft starts a run.
-            self._fold((0,) * len(drafted), drafted, accepted)
-            return
+        requests, drafted, accepted = zip(*trials)
         offsets = tuple(self._offsets.get(request, 0) for request in requests)
         self._fold(offsets, drafted, accepted)
         budget = feedback.gamma if feedback.stable else 0
-        for request, offset, made, taken in zip(requests, offsets, drafted, accepted):
+        for (request, made, taken), offset in zip(trials, offsets):
             # A whole budget accepted: the run goes on past the target's own token. Anything else
             # (a rejection, a short or empty draft, a step without one budget) ends it.
             self._offsets[request] = offset + budget + 1 if budget and made == taken == budget else 0
@@ -169,13 +171,3 @@ class RunAcceptance:
                 filled[index] = sum(neighbours) / len(neighbours)
         return filled
 
-
-def _trial_requests(feedback: StepFeedback, trials: int) -> tuple[str, ...] | None:
-    """The request of each entry of ``feedback.acceptance_trials()``: the requests that drafted, then
-    the able requests that did not (their empty budget), in that order; None when unknown."""
-    drafted = feedback.request_ids
-    if len(drafted) >= trials:
-        return drafted if len(drafted) == trials else None
-    skipped = set(drafted) | set(feedback.cannot_draft)
-    requests = drafted + tuple(request for request in feedback.batch_ids if request not in skipped)
-    return requests if len(requests) == trials else None

@@ -310,15 +310,15 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
     noise_rng = random.Random(seed + 1_000_003)
     result = SimulationResult()
     previous_batch = None
-    engine = _StreamEngine(scenario) if scenario.stream is not None else None
-    if scenario.copy_runs is not None:
+    engine = None
+    if scenario.stream is not None:
+        engine = _StreamEngine(scenario)
+    elif scenario.copy_runs is not None:
         engine = _CopyRunEngine(scenario)
     for step in range(steps):
         batch = scenario.batch_at(step)
         decision = policy.choose(batch, scenario.max_feasible_gamma(batch))
-        if isinstance(engine, _CopyRunEngine):
-            feedback = engine.step(step, batch, decision.gamma, previous_batch, requests_rng, noise_rng)
-        elif engine is not None:
+        if engine is not None:
             feedback = engine.step(step, decision.gamma, requests_rng, noise_rng)
         else:
             feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
@@ -400,10 +400,11 @@ class _CopyRunEngine:
         self.scenario = scenario
         self.runs = scenario.copy_runs
         self.left: dict[int, int] = {}  # request -> correct tokens left in its run (0: outside one)
+        self.previous_batch: int | None = None
 
-    def step(self, step: int, batch: int, gamma: int, previous_batch: int | None, requests_rng: random.Random,
-             noise_rng: random.Random) -> StepFeedback:
-        scenario = self.scenario
+    def step(self, step: int, gamma: int, requests_rng: random.Random, noise_rng: random.Random) -> StepFeedback:
+        scenario, previous_batch = self.scenario, self.previous_batch
+        batch = self.previous_batch = scenario.batch_at(step)
         accepted = tuple(self._advance(request, requests_rng.random(), gamma) for request in range(batch))
         noise, unstable_draw = noise_rng.gauss(0.0, 1.0), noise_rng.random()
         latency = scenario.latency_at(step)

@@ -74,3 +74,32 @@ def pytest_approx(values):
     import pytest
 
     return pytest.approx(values, rel=1e-9)
+
+
+def test_a_large_batch_reads_the_pooled_curve_and_tracks_nobody():
+    # Bookkeeping every request of a large batch cost three times the policy's budget per step, for
+    # a batch that reads close to the pooled model anyway: past 32 requests nothing is tracked.
+    requests = tuple(f"fast-{i}" if i % 4 == 1 else f"slow-{i}" for i in range(256))
+    tracker = BatchAcceptance(6)
+    tracker.observe(mixed_step(4, requests[:8]))
+    assert len(tracker.requests) == 8
+    for _ in range(5):
+        tracker.observe(mixed_step(4, requests))
+    assert len(tracker.requests) == 0, "a batch of 256 should leave no per-request records"
+    pooled_rates, pooled_curve = [0.8] * 6, [1.0, 1.8, 2.44, 2.952, 3.3616, 3.68928, 3.951424]
+    assert tracker.expected_committed_curve(pooled_rates, pooled_curve) == pytest_approx(pooled_curve)
+
+
+def test_the_slow_requests_a_large_batch_leaves_get_their_own_curve_within_a_few_steps():
+    requests = FAST * 10 + SLOW * 10  # 80 requests: more than are tracked
+    requests = tuple(f"{request}-{copy}" for copy, request in enumerate(requests))
+    slow_left = tuple(request for request in requests if request.startswith("slow"))[:8]
+    tracker = BatchAcceptance(6)
+    for _ in range(20):
+        tracker.observe(mixed_step(4, requests))
+    pooled_rates, pooled_curve = [0.8] * 6, [1.0, 1.8, 2.44, 2.952, 3.3616, 3.68928, 3.951424]
+    for _ in range(3):
+        tracker.observe(mixed_step(4, slow_left))
+    curve = tracker.expected_committed_curve(pooled_rates, pooled_curve)
+    assert tracker.batch == slow_left
+    assert curve[1] < 1.4, f"three rejected first drafts each should pull K=1 well below the pooled 1.8: {curve[1]:.2f}"

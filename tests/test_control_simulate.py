@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from vspec_runtime.control.simulate import (
@@ -22,6 +24,7 @@ from vspec_runtime.control.simulate import (
     run_oracle,
     steps_to_readapt,
     useless_drafter,
+    wandering_machine,
 )
 from vspec_runtime.control.static import FixedPolicy
 
@@ -74,6 +77,20 @@ def test_common_random_numbers():
     assert (again.tokens, again.time_ms) == (short.tokens, short.time_ms)
     other_seed = run(FixedPolicy(2), None, scenario, seed=1)
     assert other_seed.tokens != short.tokens
+
+
+def test_a_wandering_machine_slows_every_policy_alike():
+    scenario = wandering_machine(400)
+    steady = replace(scenario, latency=replace(scenario.latency, level_sd=0.0))
+    wandering, still = run(FixedPolicy(2), None, scenario), run(FixedPolicy(2), None, steady)
+    assert wandering.tokens == still.tokens, "the level must not draw from the requests' or the noise's generator"
+    assert wandering.time_ms != still.time_ms
+    # The level is a property of the step, not of the policy: two runs at the same K see the same one,
+    # and a run at another K sees the same level too (its time differs only by what K costs).
+    assert run(FixedPolicy(2), None, scenario).time_ms == wandering.time_ms
+    ratio_wandering = run(FixedPolicy(3), None, scenario).time_ms / wandering.time_ms
+    ratio_still = run(FixedPolicy(3), None, steady).time_ms / still.time_ms
+    assert ratio_wandering == pytest.approx(ratio_still, rel=0.02)
 
 
 def test_feasibility_and_unstable_steps():

@@ -35,7 +35,7 @@ import bisect
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
 from vspec_runtime.control.rules import clamp_gamma
@@ -109,6 +109,11 @@ class LatencyModel:
     draft_ms_per_forward: float = 0.5
     draft_ms_per_token: float = 0.0
     noise: float = 0.03
+    # A shared machine's speed wanders (noisy neighbours, frequency scaling): every step's cost is
+    # also multiplied by a slowly moving level, log-normal with this standard deviation and a
+    # correlation time of ``level_steps`` steps. Zero: a steady machine (the default).
+    level_sd: float = 0.0
+    level_steps: float = 50.0
 
     def step_ms(self, batch_size: int, gamma: int, verified: int | None = None) -> float:
         """``verified``: tokens the target checks, B*(K+1) unless some requests had no drafts."""
@@ -308,6 +313,7 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
     steps = scenario.steps if steps is None else steps
     requests_rng = random.Random(seed)
     noise_rng = random.Random(seed + 1_000_003)
+    level = _MachineLevel(scenario.latency, seed)
     result = SimulationResult()
     previous_batch = None
     engine = None
@@ -322,10 +328,31 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
             feedback = engine.step(step, decision.gamma, requests_rng, noise_rng)
         else:
             feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
+        feedback = level.slow_down(feedback)
         policy.observe(feedback)
         _record(result, decision, feedback)
         previous_batch = batch
     return result
+
+
+class _MachineLevel:
+    """The machine's slowly wandering speed (``LatencyModel.level_sd``): an AR(1) log-level, drawn from
+    its own generator so that a steady machine's scenarios keep their draws, and the same for every
+    policy (common random numbers)."""
+
+    def __init__(self, latency: LatencyModel, seed: int) -> None:
+        self.sd = latency.level_sd
+        self.persistence = math.exp(-1.0 / max(latency.level_steps, 1e-9))
+        self.rng = random.Random(seed + 2_000_029)
+        self.log_level = self.rng.gauss(0.0, self.sd) if self.sd else 0.0
+
+    def slow_down(self, feedback: StepFeedback) -> StepFeedback:
+        if not self.sd:
+            return feedback
+        level = math.exp(self.log_level)
+        innovation = self.sd * math.sqrt(1.0 - self.persistence**2)
+        self.log_level = self.persistence * self.log_level + self.rng.gauss(0.0, innovation)
+        return replace(feedback, interval_ms=feedback.interval_ms * level)
 
 
 def _simulate_step(scenario, step, batch, decision: Decision, previous_batch, requests_rng, noise_rng) -> StepFeedback:
@@ -570,6 +597,27 @@ def copy_runs(steps: int = 2000, batch: int = 1) -> Scenario:
         batches=((0, batch),),
         steps=steps,
         copy_runs=CopyRuns(start_rate=0.07, shortest=5, longest=9),
+    )
+
+
+def wandering_machine(steps: int = 3000, batch: int = 1) -> Scenario:
+    """(h) A shared machine whose speed wanders: open chat through n-gram lookup (p = 0.3) where K =
+    1-3 are within 5% of each other, and every step's cost times a level with a 10% spread that
+    moves over about 60 steps (the demo's batch-1 cells on this 2-core machine).
+
+    Arms are measured at different times, the one the policy runs now and the others when it last
+    visited them, so a visit that fell in a slow spell writes an arm off. Online ran 0.997x the best
+    fixed K on the steady machine and 0.967-0.993x here (six seeds); ageing the arms' evidence, and
+    dividing costs by a tracked machine level, both did worse (docs/benchmarks.md, "A wandering
+    machine").
+    """
+    return Scenario(
+        f"wandering-machine@{batch}",
+        AcceptanceProcess.constant(0.3),
+        LatencyModel(base_ms=20.0, verify_ms_per_token=0.6, knee_tokens=batch, draft_ms_per_forward=0.0,
+                     noise=0.05, level_sd=0.1, level_steps=60.0),
+        batches=((0, batch),),
+        steps=steps,
     )
 
 

@@ -59,6 +59,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.online_exploration": ("0.05", 0.05),
     "adaptive.model_guided": ("false", False),
     "adaptive.batch_acceptance": ("false", False),
+    "adaptive.token_costs": ("false", False),
     "adaptive.acceptance_model": ("run", "run"),
     "adaptive.gamma0_mode": ("sync", "sync"),
     "adaptive.gamma0_reprobe_steps": ("64", 64),

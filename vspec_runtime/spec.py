@@ -48,6 +48,9 @@ class AdaptiveSettings(_Strict):
                                                  "model and skip hopeless ones.")
     batch_acceptance: bool = Field(True, description="Online policy: expect from the requests in the batch "
                                                      "what they accepted, not what recent requests did.")
+    token_costs: bool = Field(True, description="Online policy: price each K by a line of step cost against "
+                                                "verified tokens over the latest steps (where the drafter's "
+                                                "fills vary, n-gram), not by that K's own window.")
     acceptance_model: Literal["step", "run"] = Field(
         "step", description="Online policy: number draft positions per step, or along runs of copyable text "
                             "(n-gram lookup; opt-in until a bench resolves a gain).")

@@ -12,12 +12,15 @@ from collections import deque
 from typing import Any
 
 from vspec_runtime.control.base import BucketK
+from vspec_runtime.control.per_request import StepCostLine
 from vspec_runtime.control.window import ArmWindow
 
 
 RECENT_COSTS = 32
 STALL_FACTOR = 4.0  # a step slower than this many times the recent median is a stall, not a cost
 ARM_STALL_FACTOR = 2.0  # the same, against the median of steps run with the same K
+COST_LINE_DECAY = 0.98  # the cost line's memory: about 50 steps, short enough to follow the machine's speed
+COST_LINE_MIN_VARIANCE = 0.01  # verified tokens per request must spread this much (sd 0.1) to give a slope
 
 
 class BucketState(BucketK):
@@ -35,6 +38,7 @@ class BucketState(BucketK):
         "challenger",
         "challenger_streak",
         "recent_costs",
+        "cost_line",
     )
 
     def __init__(self, key: int, gamma: int, neighbour: BucketState | None) -> None:
@@ -52,10 +56,14 @@ class BucketState(BucketK):
         # Per-request step costs of the latest stable steps, any K: the reference that tells a stall
         # (GC pause, a noisy neighbour, swapping) from a real cost. See ``without_stall``.
         self.recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
+        # Cost per request against tokens verified per request, over the latest steps of any K: what
+        # the online policy prices arms with when ``token_costs`` is on (``OnlinePolicy._arm_costs``).
+        self.cost_line = StepCostLine(decay=COST_LINE_DECAY, min_variance=COST_LINE_MIN_VARIANCE)
 
     def forget_costs(self) -> None:
         """Drop every arm's measurements (the workload changed); step counts and the stall reference stay."""
         self.arms.clear()
+        self.cost_line = StepCostLine(decay=COST_LINE_DECAY, min_variance=COST_LINE_MIN_VARIANCE)
         self.rewards = {}
         self.target = None
         self.challenger = None
@@ -144,6 +152,7 @@ def bucket_summary(bucket: BucketState) -> dict[str, Any]:
         "switches": bucket.switches,
         "stable_steps": bucket.samples,
         "inherited_from": None if bucket.neighbour is None else bucket.neighbour.key,
+        "cost_line": _rounded(bucket.cost_line.line()),
         "arms_visited": sorted(bucket.visited),
         "arms": {
             str(gamma): {
@@ -154,3 +163,8 @@ def bucket_summary(bucket: BucketState) -> dict[str, Any]:
             for gamma, arm in sorted(bucket.arms.items())
         },
     }
+
+
+def _rounded(line: tuple[float, float] | None) -> list[float] | None:
+    """(fixed ms, ms per verified token), per request; None until steps verified varied counts."""
+    return None if line is None else [round(value, 4) for value in line]

@@ -72,7 +72,7 @@ from typing import Any
 from vspec_runtime.control.acceptance import AcceptanceStats
 from vspec_runtime.control.base import Decision, Policy, StepFeedback, Target
 from vspec_runtime.control.batch_acceptance import BatchAcceptance
-from vspec_runtime.control.bucket_state import BucketState, bucket_summary
+from vspec_runtime.control.bucket_state import COST_LINE_MIN_VARIANCE, BucketState, bucket_summary
 from vspec_runtime.control.online_config import OnlineConfig
 from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
 from vspec_runtime.control.run_acceptance import RunAcceptance
@@ -148,7 +148,10 @@ class OnlinePolicy(Policy):
         if arm is None:
             arm = bucket.arms[feedback.gamma] = ArmWindow(self.config.window)
         interval_ms = bucket.without_stall(feedback.interval_ms, feedback.batch_size)
-        arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps)
+        verified = feedback.batched_tokens or None  # 0: the caller did not say
+        arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps, verified)
+        if verified is not None:
+            bucket.cost_line.observe(verified / feedback.batch_size, interval_ms / feedback.batch_size)
         bucket.samples += 1
 
     def _forget_costs_after_a_phase_change(self) -> None:
@@ -325,9 +328,34 @@ class OnlinePolicy(Policy):
         """Goodput now of the measured arms (today's E[K] over each arm's cost), their noise margins,
         and the point and optimistic predictions of the unmeasured arms in [low, high]."""
         expected = self.expected_committed_curve()
-        estimates = {gamma: expected[gamma] / arm.ms_per_request_step for gamma, arm in measured.items()}
+        costs = self._arm_costs(bucket, measured)
+        estimates = {gamma: expected[gamma] / costs[gamma] for gamma in measured}
         margins = bucket.noise_margins(self.config.noise_z)
-        return estimates, margins, self._predict_unmeasured(bucket, expected, margins, low, high)
+        return estimates, margins, self._predict_unmeasured(bucket, expected, costs, margins, low, high)
+
+    def _arm_costs(self, bucket: BucketState, measured: dict[int, ArmWindow]) -> dict[int, float]:
+        """Milliseconds per request-step of each measured arm: its own window's mean, or with
+        ``token_costs`` the bucket's cost line at the tokens the arm verifies.
+
+        Arms are measured at different times, the one we run now and the others when we last visited
+        them, and a shared machine's speed wanders between the two: on the demo's chat@1, K=1 and K=0
+        kept costs 4% and 22% above what they were, measured two rounds before the K=3 we then ran,
+        and lost 4% for five rounds. What K changes in a step is how many tokens the target verifies
+        (the step cost is close to linear in them on a CPU), and that count does not depend on the
+        machine's speed. So the line, fitted on the latest ~50 steps of any K, prices every arm at
+        today's speed from its own (speed-free) count. It needs steps that verified different counts:
+        an n-gram drafter's fills vary step by step, an EAGLE head's do not, and without the spread
+        (``StepCostLine.line`` is None) each arm keeps its own mean. Visits to other arms would give
+        a spread too, but a line through costs of different K misprices them where verification is
+        free below a knee (a GPU at small batch): the line is only used while the arm we run varies.
+        """
+        line = bucket.cost_line.line() if self.config.token_costs and self._fills_vary(bucket) else None
+        if line is None:
+            return {gamma: arm.ms_per_request_step for gamma, arm in measured.items()}
+        fixed_ms, per_token_ms = line
+        return {
+            gamma: max(fixed_ms + per_token_ms * arm.verified_per_request_step, 1e-6) for gamma, arm in measured.items()
+        }
 
     def expected_committed_curve(self) -> list[float]:
         """E[K] for K = 0..max: along runs of copyable text (``acceptance_runs``), else of the
@@ -365,13 +393,26 @@ class OnlinePolicy(Policy):
             and estimates[gamma] * (1.0 + margins[gamma]) >= floor
         }
 
+    @staticmethod
+    def _fills_vary(bucket: BucketState) -> bool:
+        """Whether the arm the bucket runs verifies varying token counts step by step (n-gram lookup)."""
+        arm = bucket.arms.get(bucket.gamma)
+        return arm is not None and arm.verified_variance() >= COST_LINE_MIN_VARIANCE
+
     def _predict_unmeasured(
-        self, bucket: BucketState, expected: list[float], margins: dict[int, float], low: int, high: int
+        self,
+        bucket: BucketState,
+        expected: list[float],
+        arm_costs: dict[int, float],
+        margins: dict[int, float],
+        low: int,
+        high: int,
     ) -> dict[int, tuple[float, float]]:
         """Point and optimistic predicted goodput of every unmeasured arm in [low, high]."""
         costs = sorted(
-            (gamma, bucket.arms[gamma].ms_per_request_step, bucket.arms[gamma].ms_per_request_step / (1.0 + margin))
+            (gamma, arm_costs[gamma], arm_costs[gamma] / (1.0 + margin))
             for gamma, margin in margins.items()
+            if gamma in arm_costs
         )
         neighbour_costs = bucket.neighbour_costs() if len(costs) == 1 else []
         predictions: dict[int, tuple[float, float]] = {}

@@ -54,6 +54,10 @@ class OnlineConfig:
     # Number draft positions along runs of copyable text rather than per step (run_acceptance.py):
     # right for n-gram lookup, whose correct drafts come in runs that outlast a step.
     acceptance_runs: bool = False
+    # Price arms with a line of step cost against verified tokens, fitted on the latest steps of any K,
+    # instead of each arm's own window (``OnlinePolicy._arm_costs``): robust to a machine whose speed
+    # wanders between the visits of two arms, where the drafter's fills vary (n-gram lookup).
+    token_costs: bool = True
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -80,6 +84,7 @@ class OnlineConfig:
             exploration=adaptive.online_exploration,
             model_guided=adaptive.model_guided,
             batch_acceptance=adaptive.batch_acceptance,
+            token_costs=adaptive.token_costs,
             acceptance_runs=adaptive.acceptance_model == "run",
             seed=adaptive.seed,
         )

@@ -170,12 +170,13 @@ class RequestAcceptance:
 class StepCostLine:
     """Step time = fixed_ms + per_token_ms * verified tokens, by decayed least squares."""
 
-    def __init__(self, *, decay: float = 0.98, min_samples: float = 8.0) -> None:
+    def __init__(self, *, decay: float = 0.98, min_samples: float = 8.0, min_variance: float = 0.0) -> None:
         self.decay = decay
         self.min_samples = min_samples
+        self.min_variance = min_variance  # of the tokens, below which the slope is not trusted
         self._w = self._x = self._y = self._xx = self._xy = 0.0
 
-    def observe(self, tokens: int, interval_ms: float) -> None:
+    def observe(self, tokens: float, interval_ms: float) -> None:
         if tokens <= 0 or not math.isfinite(interval_ms) or interval_ms <= 0.0:
             return
         d = self.decay
@@ -191,8 +192,8 @@ class StepCostLine:
             return None
         mean_x, mean_y = self._x / self._w, self._y / self._w
         var_x = self._xx / self._w - mean_x * mean_x
-        if var_x <= 1e-9 * max(1.0, mean_x * mean_x):
-            return None  # every step verified the same number of tokens: the slope is unknown
+        if var_x <= max(1e-9 * max(1.0, mean_x * mean_x), self.min_variance):
+            return None  # every step verified (about) the same number of tokens: the slope is unknown
         slope = (self._xy / self._w - mean_x * mean_y) / var_x
         slope = max(slope, 0.0)
         return max(mean_y - slope * mean_x, 0.0), slope

@@ -115,7 +115,7 @@ class LatencyModel:
     level_sd: float = 0.0
     level_steps: float = 50.0
 
-    def step_ms(self, batch_size: int, gamma: int, verified: int | None = None) -> float:
+    def step_ms(self, batch_size: int, gamma: int, verified: float | None = None) -> float:
         """``verified``: tokens the target checks, B*(K+1) unless some requests had no drafts."""
         if verified is None:
             verified = batch_size * (gamma + 1)
@@ -222,6 +222,10 @@ class Scenario:
     drafter_skipped_at_zero: bool = False
     # Acceptance in runs of copyable text instead of ``acceptance``'s memoryless steps (named requests).
     copy_runs: CopyRuns | None = None
+    # The share of request-steps for which the drafter proposes (its whole budget); the others draft
+    # nothing and verify one token. n-gram lookup on open text finds a match on a few steps in ten.
+    # Only the plain step model (no ``stream``, no ``copy_runs``) reads it.
+    fill_rate: float = 1.0
 
     def latency_at(self, step: int) -> LatencyModel:
         latency = self.latency
@@ -244,14 +248,15 @@ class Scenario:
         """The oracle's K at ``step``: best expected goodput for this phase and batch size."""
         batch = self.batch_at(step)
         candidates = range(0, self.max_feasible_gamma(batch) + 1)
-        return best_fixed_gamma(self.acceptance.probabilities(step), self.latency_at(step), batch, candidates)
+        return best_fixed_gamma(self.acceptance.probabilities(step), self.latency_at(step), batch, candidates,
+                                self.fill_rate)
 
     def near_best_gammas(self, step: int, tolerance: float = 0.03) -> set[int]:
         """Every K whose expected goodput is within ``tolerance`` of the best, at ``step``."""
         batch = self.batch_at(step)
         curve = goodput_curve(
             self.acceptance.probabilities(step), self.latency_at(step), batch,
-            range(0, self.max_feasible_gamma(batch) + 1),
+            range(0, self.max_feasible_gamma(batch) + 1), self.fill_rate,
         )
         best = max(curve.values())
         return {gamma for gamma, value in curve.items() if value >= (1.0 - tolerance) * best}
@@ -266,17 +271,21 @@ def expected_committed(probabilities: tuple[float, ...], gamma: int) -> float:
     return expected
 
 
-def goodput_curve(probabilities, latency: LatencyModel, batch_size: int, candidates) -> dict[int, float]:
-    """Expected committed tokens per ms for each candidate K (noise-free)."""
+def goodput_curve(probabilities, latency: LatencyModel, batch_size: int, candidates,
+                  fill_rate: float = 1.0) -> dict[int, float]:
+    """Expected committed tokens per ms for each candidate K (noise-free; with ``fill_rate`` < 1 the
+    step cost at the expected number of verified tokens)."""
     return {
-        gamma: batch_size * expected_committed(probabilities, gamma) / latency.step_ms(batch_size, gamma)
+        gamma: batch_size * (1.0 + fill_rate * (expected_committed(probabilities, gamma) - 1.0))
+        / latency.step_ms(batch_size, gamma, batch_size * (1.0 + fill_rate * gamma))
         for gamma in candidates
     }
 
 
-def best_fixed_gamma(probabilities, latency: LatencyModel, batch_size: int, candidates=range(0, 7)) -> int:
+def best_fixed_gamma(probabilities, latency: LatencyModel, batch_size: int, candidates=range(0, 7),
+                     fill_rate: float = 1.0) -> int:
     """The K with the highest expected goodput (ties: the smaller K)."""
-    curve = goodput_curve(tuple(probabilities), latency, batch_size, candidates)
+    curve = goodput_curve(tuple(probabilities), latency, batch_size, candidates, fill_rate)
     return max(sorted(curve), key=lambda gamma: curve[gamma])
 
 
@@ -314,6 +323,7 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
     requests_rng = random.Random(seed)
     noise_rng = random.Random(seed + 1_000_003)
     level = _MachineLevel(scenario.latency, seed)
+    fill_rng = random.Random(seed + 3_000_017)
     result = SimulationResult()
     previous_batch = None
     engine = None
@@ -327,7 +337,7 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
         if engine is not None:
             feedback = engine.step(step, decision.gamma, requests_rng, noise_rng)
         else:
-            feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng)
+            feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng, fill_rng)
         feedback = level.slow_down(feedback)
         policy.observe(feedback)
         _record(result, decision, feedback)
@@ -355,26 +365,31 @@ class _MachineLevel:
         return replace(feedback, interval_ms=feedback.interval_ms * level)
 
 
-def _simulate_step(scenario, step, batch, decision: Decision, previous_batch, requests_rng, noise_rng) -> StepFeedback:
+def _simulate_step(scenario, step, batch, decision: Decision, previous_batch, requests_rng, noise_rng,
+                   fill_rng) -> StepFeedback:
     gamma = decision.gamma
     probabilities = scenario.acceptance.probabilities(step)
     uniforms = [requests_rng.random() for _ in range(batch)]
-    accepted = tuple(accepted_run(uniform, probabilities, gamma) for uniform in uniforms)
+    if scenario.fill_rate < 1.0:
+        # The drafter's own draw, so that its misses leave the acceptance draws as they were.
+        uniforms = [uniform for uniform in uniforms if fill_rng.random() < scenario.fill_rate]
+    accepted = tuple(accepted_run(uniform, probabilities, gamma) for uniform in uniforms) if gamma else ()
     noise = noise_rng.gauss(0.0, 1.0)
     unstable_draw = noise_rng.random()
     latency = scenario.latency_at(step)
-    interval_ms = latency.step_ms(batch, gamma) * max(0.2, 1.0 + latency.noise * noise)
+    verified = batch + gamma * len(accepted)
+    interval_ms = latency.step_ms(batch, gamma, verified) * max(0.2, 1.0 + latency.noise * noise)
     # A changed batch means someone was admitted or finished: not a pure decode step.
     stable = batch == previous_batch and unstable_draw >= scenario.unstable_rate
     return StepFeedback(
         batch_size=batch,
         gamma=gamma,
-        drafted=(gamma,) * batch,
+        drafted=(gamma,) * len(accepted),
         accepted=accepted,
         interval_ms=interval_ms,
         stable=stable,
         context_tokens=batch * scenario.context_tokens_per_request,
-        batched_tokens=batch * (gamma + 1),
+        batched_tokens=verified,
     )
 
 

@@ -26,6 +26,8 @@ class ArmWindow:
         "requests",
         "interval_ms",
         "tokens",
+        "verified",
+        "verified_squares",
         "cost_sum",
         "cost_squares",
         "last_step",
@@ -38,10 +40,12 @@ class ArmWindow:
         if size < 1:
             raise ValueError(f"window size must be >= 1, got {size}")
         self.size = size
-        self._samples: deque[tuple[int, float, int]] = deque()
+        self._samples: deque[tuple[int, float, int, int]] = deque()
         self.requests = 0  # sum of batch sizes in the window
         self.interval_ms = 0.0
         self.tokens = 0  # committed tokens in the window
+        self.verified = 0  # tokens the target verified in the window (a request's own token included)
+        self.verified_squares = 0.0  # sum over samples of (verified per request) squared, for its spread
         # Sum and sum of squares of the per-sample cost (ms per request), for the noise estimate.
         self.cost_sum = 0.0
         self.cost_squares = 0.0
@@ -52,20 +56,26 @@ class ArmWindow:
         self._median: float | None = None
         self._clipped_with: tuple[float, float] | None = None
 
-    def add(self, requests: int, interval_ms: float, tokens: int, step: int) -> None:
+    def add(self, requests: int, interval_ms: float, tokens: int, step: int, verified: int | None = None) -> None:
+        """One stable step; ``verified`` defaults to one token a request (nothing drafted)."""
+        verified = requests if verified is None else verified
         self._median = self._clipped_with = None
-        self._samples.append((requests, interval_ms, tokens))
+        self._samples.append((requests, interval_ms, tokens, verified))
         self.requests += requests
         self.interval_ms += interval_ms
         self.tokens += tokens
+        self.verified += verified
+        self.verified_squares += (verified / requests) ** 2
         cost = interval_ms / requests
         self.cost_sum += cost
         self.cost_squares += cost * cost
         if len(self._samples) > self.size:
-            old_requests, old_interval_ms, old_tokens = self._samples.popleft()
+            old_requests, old_interval_ms, old_tokens, old_verified = self._samples.popleft()
             self.requests -= old_requests
             self.interval_ms -= old_interval_ms
             self.tokens -= old_tokens
+            self.verified -= old_verified
+            self.verified_squares -= (old_verified / old_requests) ** 2
             old_cost = old_interval_ms / old_requests
             self.cost_sum -= old_cost
             self.cost_squares -= old_cost * old_cost
@@ -81,21 +91,22 @@ class ArmWindow:
         if not self._samples or self.cost_sum / len(self._samples) <= limit_ms_per_request / len(self._samples):
             return  # even one sample over the limit would push the mean over limit/count
         rebuilt = [
-            (requests, replacement * requests if interval_ms > limit_ms_per_request * requests else interval_ms, tokens)
-            for requests, interval_ms, tokens in self._samples
+            (requests, replacement * requests if interval_ms > limit_ms_per_request * requests else interval_ms, tokens,
+             verified)
+            for requests, interval_ms, tokens, verified in self._samples
         ]
         if rebuilt == list(self._samples):
             return
         self._samples = deque(rebuilt)
         self._median = None
-        self.interval_ms = sum(interval_ms for _, interval_ms, _ in rebuilt)
-        costs = [interval_ms / requests for requests, interval_ms, _ in rebuilt]
+        self.interval_ms = sum(interval_ms for _, interval_ms, _, _ in rebuilt)
+        costs = [interval_ms / requests for requests, interval_ms, _, _ in rebuilt]
         self.cost_sum = sum(costs)
         self.cost_squares = sum(cost * cost for cost in costs)
 
     def median_cost(self) -> float:
         if self._median is None:
-            costs = sorted(interval_ms / requests for requests, interval_ms, _ in self._samples)
+            costs = sorted(interval_ms / requests for requests, interval_ms, _, _ in self._samples)
             self._median = costs[len(costs) // 2] if costs else 0.0
         return self._median
 
@@ -107,6 +118,21 @@ class ArmWindow:
     def goodput_tokens_per_ms(self) -> float:
         """Measured committed tokens per millisecond over the window (0 when empty)."""
         return self.tokens / self.interval_ms if self.interval_ms > 0 else 0.0
+
+    @property
+    def verified_per_request_step(self) -> float:
+        """Tokens the target verified per request per step: 1 + the drafts it was given (level-free:
+        what the machine's speed does not change)."""
+        return self.verified / self.requests if self.requests else 0.0
+
+    def verified_variance(self) -> float:
+        """Variance over the window's samples of the tokens verified per request: 0 for a drafter that
+        always fills its budget at a steady batch, more for one whose proposals come and go."""
+        count = len(self._samples)
+        if count < 2:
+            return 0.0
+        mean = sum(verified / requests for requests, _, _, verified in self._samples) / count
+        return max(0.0, self.verified_squares / count - mean * mean)
 
     @property
     def ms_per_request_step(self) -> float:

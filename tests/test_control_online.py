@@ -25,6 +25,7 @@ from vspec_runtime.control.simulate import (
     steps_to_readapt,
     useless_drafter,
     wandering_machine,
+    wandering_ngram,
     workload_shift,
 )
 from vspec_runtime.control.static import FixedPolicy
@@ -73,6 +74,29 @@ def test_a_wandering_machine_costs_a_few_percent_at_most(seed):
     online = run(policy(seed=seed), None, scenario, seed=seed).goodput_tokens_per_ms
     fixed = [run(FixedPolicy(gamma), None, scenario, seed=seed).goodput_tokens_per_ms for gamma in range(7)]
     assert online >= 0.95 * max(fixed)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_token_costs_price_arms_at_todays_speed_on_a_wandering_machine(batch):
+    # n-gram-like fills on a machine whose speed wanders: arms priced by their own windows carry the
+    # speed of the spell they were measured in; the cost line over verified tokens prices them at today's.
+    scenario = wandering_ngram(batch=batch)
+    seeds = range(4)
+    with_line = [run(policy(seed=seed), None, scenario, seed=seed).goodput_tokens_per_ms for seed in seeds]
+    own_windows = [run(policy(seed=seed, token_costs=False), None, scenario, seed=seed).goodput_tokens_per_ms
+                   for seed in seeds]
+    assert sum(with_line) > 1.004 * sum(own_windows), f"{with_line} vs {own_windows}"
+    for seed, goodput in zip(seeds[:2], with_line):
+        best_fixed = max(run(FixedPolicy(gamma), None, scenario, seed=seed).goodput_tokens_per_ms for gamma in range(7))
+        assert goodput >= 0.98 * best_fixed, f"seed {seed}: {goodput / best_fixed:.3f} of the best fixed K"
+
+
+def test_token_costs_leave_arms_that_always_fill_to_their_own_windows():
+    # EAGLE-like drafters fill every budget: the running arm verifies one count, and a line through
+    # other arms' visits would misprice them past a knee. The two settings must then decide alike.
+    scenario = batch_dependent(1000)
+    with_line, own_windows = run(policy(seed=0), None, scenario), run(policy(seed=0, token_costs=False), None, scenario)
+    assert with_line.gammas == own_windows.gammas
 
 
 @pytest.mark.parametrize("high_first", [True, False])

@@ -56,7 +56,7 @@ class BucketState(BucketK):
         # Per-request step costs of the latest stable steps, any K: the reference that tells a stall
         # (GC pause, a noisy neighbour, swapping) from a real cost. See ``without_stall``.
         self.recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
-        # Cost per request against tokens verified per request, over the latest steps of any K: what
+        # Cost per request against tokens verified per request, over the latest steps of any K > 0: what
         # the online policy prices arms with when ``token_costs`` is on (``OnlinePolicy._arm_costs``).
         self.cost_line = StepCostLine(decay=COST_LINE_DECAY, min_variance=COST_LINE_MIN_VARIANCE)
 

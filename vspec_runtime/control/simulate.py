@@ -636,6 +636,26 @@ def wandering_machine(steps: int = 3000, batch: int = 1) -> Scenario:
     )
 
 
+def wandering_ngram(steps: int = 3000, batch: int = 1) -> Scenario:
+    """(i) n-gram lookup on open chat on the same wandering machine: the drafter proposes on 20% of
+    request-steps (right at 0.6 per draft at batch 1, 0.5 at batch 8), each verified token costs
+    (1.6 ms at batch 1, 1.0 at batch 8). Best fixed K: 4 at batch 1 (K=3-6 within 1%), 1 at batch 8
+    (K=0 and 2 within 2.5%).
+
+    The arms' own windows misjudge arms measured in another spell; a line of cost against verified
+    tokens, fitted on the latest steps, prices them all at today's speed (``token_costs``).
+    """
+    return Scenario(
+        f"wandering-ngram@{batch}",
+        AcceptanceProcess.constant(0.6 if batch == 1 else 0.5),
+        LatencyModel(base_ms=21.0, verify_ms_per_token=1.6 if batch == 1 else 1.0, knee_tokens=batch,
+                     draft_ms_per_forward=0.0, noise=0.05, level_sd=0.1, level_steps=60.0),
+        batches=((0, batch),),
+        steps=steps,
+        fill_rate=0.2,
+    )
+
+
 def continuous_load(steps: int = 4000, *, arrivals_per_step: float = 0.1, mean_steps: float = 80.0,
                     max_batch: int = 16, acceptance: AcceptanceProcess | None = None,
                     latency: LatencyModel | None = None, drafter_skipped_at_zero: bool = False,

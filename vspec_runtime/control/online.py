@@ -342,8 +342,8 @@ class OnlinePolicy(Policy):
         kept costs 4% and 22% above what they were, measured two rounds before the K=3 we then ran,
         and lost 4% for five rounds. What K changes in a step is how many tokens the target verifies
         (the step cost is close to linear in them on a CPU), and that count does not depend on the
-        machine's speed. So the line, fitted on the latest ~50 steps of any K > 0, prices every arm at
-        today's speed from its own (speed-free) count. It needs steps that verified different counts:
+        machine's speed. So the line, fitted on the latest ~50 steps of any K > 0, prices every such arm
+        at today's speed from its own (speed-free) count. It needs steps that verified different counts:
         an n-gram drafter's fills vary step by step, an EAGLE head's do not, and without the spread
         (``StepCostLine.line`` is None) each arm keeps its own mean. Visits to other arms would give
         a spread too, but a line through costs of different K misprices them where verification is
@@ -353,14 +353,15 @@ class OnlinePolicy(Policy):
         them), and on the demo's chat@8 a line through K=0 and K>0 steps priced K=1 within 2-4% of
         K=0 where it ran 8% slower, and the policy kept visiting it (docs/benchmarks.md, run 11).
         """
+        costs = {gamma: arm.ms_per_request_step for gamma, arm in measured.items()}
         line = bucket.cost_line.line() if self.config.token_costs and self._fills_vary(bucket) else None
         if line is None:
-            return {gamma: arm.ms_per_request_step for gamma, arm in measured.items()}
+            return costs
         fixed_ms, per_token_ms = line
-        return {
-            gamma: max(fixed_ms + per_token_ms * arm.verified_per_request_step, 1e-6) if gamma else arm.ms_per_request_step
-            for gamma, arm in measured.items()
-        }
+        for gamma, arm in measured.items():
+            if gamma > 0:
+                costs[gamma] = max(fixed_ms + per_token_ms * arm.verified_per_request_step, 1e-6)
+        return costs
 
     def expected_committed_curve(self) -> list[float]:
         """E[K] for K = 0..max: along runs of copyable text (``acceptance_runs``), else of the

@@ -337,7 +337,9 @@ def run(policy: Policy, steps: int | None = None, scenario: Scenario | None = No
         if engine is not None:
             feedback = engine.step(step, decision.gamma, requests_rng, noise_rng)
         else:
-            feedback = _simulate_step(scenario, step, batch, decision, previous_batch, requests_rng, noise_rng, fill_rng)
+            feedback = _simulate_step(
+                scenario, step, batch, decision, previous_batch, requests_rng, noise_rng, fill_rng
+            )
         feedback = level.slow_down(feedback)
         policy.observe(feedback)
         _record(result, decision, feedback)
@@ -623,8 +625,9 @@ def wandering_machine(steps: int = 3000, batch: int = 1) -> Scenario:
     Arms are measured at different times, the one the policy runs now and the others when it last
     visited them, so a visit that fell in a slow spell writes an arm off. Online ran 0.997x the best
     fixed K on the steady machine and 0.967-0.993x here (six seeds); ageing the arms' evidence, and
-    dividing costs by a tracked machine level, both did worse (docs/benchmarks.md, "A wandering
-    machine").
+    dividing costs by a tracked machine level, both did worse (docs/benchmarks.md, "Runs 11 and 12").
+    This drafter fills every budget, so the cost line over verified tokens does not apply: see
+    ``wandering_ngram``.
     """
     return Scenario(
         f"wandering-machine@{batch}",

@@ -27,6 +27,7 @@ class ArmWindow:
         "interval_ms",
         "tokens",
         "verified",
+        "verified_ratios",
         "verified_squares",
         "cost_sum",
         "cost_squares",
@@ -45,7 +46,9 @@ class ArmWindow:
         self.interval_ms = 0.0
         self.tokens = 0  # committed tokens in the window
         self.verified = 0  # tokens the target verified in the window (a request's own token included)
-        self.verified_squares = 0.0  # sum over samples of (verified per request) squared, for its spread
+        # Sum over samples of the tokens verified per request, and of its square: for its spread.
+        self.verified_ratios = 0.0
+        self.verified_squares = 0.0
         # Sum and sum of squares of the per-sample cost (ms per request), for the noise estimate.
         self.cost_sum = 0.0
         self.cost_squares = 0.0
@@ -65,7 +68,9 @@ class ArmWindow:
         self.interval_ms += interval_ms
         self.tokens += tokens
         self.verified += verified
-        self.verified_squares += (verified / requests) ** 2
+        ratio = verified / requests
+        self.verified_ratios += ratio
+        self.verified_squares += ratio * ratio
         cost = interval_ms / requests
         self.cost_sum += cost
         self.cost_squares += cost * cost
@@ -75,7 +80,9 @@ class ArmWindow:
             self.interval_ms -= old_interval_ms
             self.tokens -= old_tokens
             self.verified -= old_verified
-            self.verified_squares -= (old_verified / old_requests) ** 2
+            old_ratio = old_verified / old_requests
+            self.verified_ratios -= old_ratio
+            self.verified_squares -= old_ratio * old_ratio
             old_cost = old_interval_ms / old_requests
             self.cost_sum -= old_cost
             self.cost_squares -= old_cost * old_cost
@@ -131,7 +138,7 @@ class ArmWindow:
         count = len(self._samples)
         if count < 2:
             return 0.0
-        mean = sum(verified / requests for requests, _, _, verified in self._samples) / count
+        mean = self.verified_ratios / count
         return max(0.0, self.verified_squares / count - mean * mean)
 
     @property

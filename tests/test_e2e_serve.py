@@ -185,7 +185,11 @@ def test_stopping_vspec_serve_leaves_no_process(demo_server):
     while server.leftovers() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert server.leftovers() == []
-    assert "vspec: serving demo" in server.log.read_text()
+    log = server.log.read_text()
+    assert "vspec: serving demo" in log
+    # A clean stop is quiet: the engine stops under its API server, not beside it (a race that
+    # logged an EngineDeadError traceback when the whole group was signalled at once).
+    assert "Traceback" not in log and "EngineDeadError" not in log, log[-3000:]
 
 
 def test_no_speculation_matches_plain_vllm(tiny_models, tmp_path):

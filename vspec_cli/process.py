@@ -39,13 +39,25 @@ def stop_group(pgid: int, grace: float = GRACE_SECONDS) -> None:
 
 
 def run_foreground(argv: list[str], env: dict[str, str]) -> int:
-    """Start ``argv`` in its own process group; SIGINT/SIGTERM to us stop the group. Returns its status."""
+    """Start ``argv`` in its own process group; SIGINT/SIGTERM to us stop the group. Returns its status.
+
+    The first signal goes to the server alone: vLLM's API server stops its engine and workers in
+    order. Signalled all at once, the engine could exit under the API server, which then logged an
+    EngineDeadError traceback on a clean stop. A second signal (an impatient Ctrl-C) goes to the whole
+    group, and whatever is left when the server exits is swept either way.
+    """
     child = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True)
     received: list[int] = []
 
     def forward(signum, _frame):
         received.append(signum)
-        _signal_group(child.pid, signal.SIGTERM)
+        if len(received) == 1:
+            try:
+                os.kill(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        else:
+            _signal_group(child.pid, signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -44,18 +44,15 @@ class BatchAcceptance:
     def __init__(self, max_positions: int, *, max_requests: int = 4096, max_tracked: int = 32) -> None:
         if max_tracked < 1:
             raise ValueError(f"max_tracked must be >= 1, got {max_tracked}")
-        self.max_positions = max(1, max_positions)
-        self.max_requests = max_requests
         self.max_tracked = max_tracked
-        self.requests = RequestAcceptance(self.max_positions, max_requests=max_requests)
+        self.requests = RequestAcceptance(max(1, max_positions), max_requests=max_requests)
         self.batch: tuple[str, ...] = ()  # the latest step's requests: the best guess of the next batch
 
     def observe(self, feedback: StepFeedback) -> None:
         able = feedback.able_requests()
         if len(able) > self.max_tracked:
             self.batch = ()  # read the pooled curve
-            if len(self.requests):
-                self.requests = RequestAcceptance(self.max_positions, max_requests=self.max_requests)
+            self.requests.clear()
             return
         if not (feedback.stable and feedback.gamma > 0) and not feedback.request_ids:
             self.batch = able

@@ -58,12 +58,12 @@ class BucketState(BucketK):
         self.recent_costs: deque[float] = deque(maxlen=RECENT_COSTS)
         # Cost per request against tokens verified per request, over the latest steps of any K > 0: what
         # the online policy prices arms with when ``token_costs`` is on (``OnlinePolicy._arm_costs``).
-        self.cost_line = StepCostLine(decay=COST_LINE_DECAY, min_variance=COST_LINE_MIN_VARIANCE)
+        self.cost_line = _new_cost_line()
 
     def forget_costs(self) -> None:
         """Drop every arm's measurements (the workload changed); step counts and the stall reference stay."""
         self.arms.clear()
-        self.cost_line = StepCostLine(decay=COST_LINE_DECAY, min_variance=COST_LINE_MIN_VARIANCE)
+        self.cost_line = _new_cost_line()
         self.rewards = {}
         self.target = None
         self.challenger = None
@@ -163,6 +163,10 @@ def bucket_summary(bucket: BucketState) -> dict[str, Any]:
             for gamma, arm in sorted(bucket.arms.items())
         },
     }
+
+
+def _new_cost_line() -> StepCostLine:
+    return StepCostLine(decay=COST_LINE_DECAY, min_variance=COST_LINE_MIN_VARIANCE)
 
 
 def _rounded(line: tuple[float, float] | None) -> list[float] | None:

@@ -157,6 +157,9 @@ class RequestAcceptance:
     def forget(self, request_id: str) -> None:
         self._requests.pop(request_id, None)
 
+    def clear(self) -> None:
+        self._requests.clear()
+
     def steps_at_zero(self, request_id: str) -> int:
         record = self._requests.get(request_id)
         return record.steps_at_zero if record is not None else 0

@@ -187,9 +187,38 @@ def test_stopping_vspec_serve_leaves_no_process(demo_server):
     assert server.leftovers() == []
     log = server.log.read_text()
     assert "vspec: serving demo" in log
-    # A clean stop is quiet: the engine stops under its API server, not beside it (a race that
-    # logged an EngineDeadError traceback when the whole group was signalled at once).
-    assert "Traceback" not in log and "EngineDeadError" not in log, log[-3000:]
+    # A clean stop is quiet: the API server stops its engine itself, nothing dies under it.
+    assert "[shutdown] MPClient: complete" in log, log[-3000:]
+    assert errors_besides_vllm_shutdown_race(log) == [], log[-3000:]
+
+
+def errors_besides_vllm_shutdown_race(log: str) -> list[str]:
+    """The server log's error lines, less the one vLLM 0.32 may print on any clean stop.
+
+    AsyncLLM.shutdown tears its engine client down before it cancels its output handler, which then
+    sometimes logs the client's own EngineDeadError with a traceback (vLLM issue #48745; seen in one
+    of four stops of plain `vspec serve demo` here, and once in CI). That is noise only after the
+    client has begun its teardown; an engine dying under the server logs before it.
+    """
+    lines = log.splitlines()
+    teardown = next((i for i, line in enumerate(lines) if "MPClient: cleaning up background resources" in line),
+                    len(lines))
+    return [line for i, line in enumerate(lines)
+            if any(word in line for word in ("Traceback", "EngineDeadError", "exited unexpectedly"))
+            and not (i > teardown and "[async_llm.py:" in line)]
+
+
+def test_shutdown_race_filter_keeps_real_engine_deaths():
+    race = ("(APIServer pid=1) INFO [core_client.py:775] [shutdown] MPClient: cleaning up background resources\n"
+            "(APIServer pid=1) ERROR [async_llm.py:906] AsyncLLM output_handler failed.\n"
+            "(APIServer pid=1) ERROR [async_llm.py:906] Traceback (most recent call last):\n"
+            "(APIServer pid=1) ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore\n")
+    assert errors_besides_vllm_shutdown_race(race) == []
+    died_first = ("(APIServer pid=1) WARNING [core_client.py:817] [shutdown] MPClient: engine core exited "
+                  "unexpectedly; starting cleanup\n"
+                  "(APIServer pid=1) ERROR [async_llm.py:906] Traceback (most recent call last):\n" + race)
+    assert len(errors_besides_vllm_shutdown_race(died_first)) == 2
+    assert errors_besides_vllm_shutdown_race("Traceback (most recent call last):\n  vspec_cli ...") != []
 
 
 def test_no_speculation_matches_plain_vllm(tiny_models, tmp_path):

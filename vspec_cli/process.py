@@ -42,9 +42,10 @@ def run_foreground(argv: list[str], env: dict[str, str]) -> int:
     """Start ``argv`` in its own process group; SIGINT/SIGTERM to us stop the group. Returns its status.
 
     The first signal goes to the server alone: vLLM's API server stops its engine and workers in
-    order. Signalled all at once, the engine could exit under the API server, which then logged an
-    EngineDeadError traceback on a clean stop. A second signal (an impatient Ctrl-C) goes to the whole
-    group, and whatever is left when the server exits is swept either way.
+    order, rather than racing them down as a group would. (vLLM 0.32 may still log an EngineDeadError
+    traceback from its own teardown, vLLM issue #48745: harmless noise, docs/architecture.md.) A
+    second signal (an impatient Ctrl-C) goes to the whole group, and whatever is left when the server
+    exits is swept either way.
     """
     child = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True)
     received: list[int] = []

@@ -213,6 +213,17 @@ def test_hysteresis_does_not_flap_between_near_equal_arms(seed):
     assert set(settled) <= {4, 5, 6}
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_thin_contenders_are_firmed_up_then_left_alone(seed):
+    """Near-tied arms measured on a few steps are visited again ("firm-up", apart from "explore" of
+    unmeasured arms, so a trace says which rule spent the steps), and only until they are firm."""
+    result = run(policy(seed=seed), None, near_tie(), seed=seed)
+    firm_ups = [step for step, reason in enumerate(result.reasons) if reason == "firm-up"]
+    assert firm_ups, "a near tie on thin windows must be firmed up"
+    assert all(result.gammas[step] in result.gammas[:step] for step in firm_ups), "firm-up visits measured arms"
+    assert max(firm_ups) < 400, f"still firming up at step {max(firm_ups)} of a steady scenario"
+
+
 def test_no_hysteresis_no_patience_flaps_more():
     steady = run(policy(seed=0), None, near_tie(), seed=0)
     twitchy = run(policy(seed=0, hysteresis=0.0, patience_decisions=1), None, near_tie(), seed=0)

@@ -53,7 +53,8 @@ model guidance the acceptance model is shared anyway and the neighbour's cost cu
 the slope until the new bucket has measured two arms; without it, the neighbour's measured rewards,
 rescaled to the new bucket, serve as priors and warm-up becomes a local hill climb, not a sweep.
 
-Decision reasons: warmup, prior (a new bucket's first K), explore, exploit, hold, infeasible.
+Decision reasons: warmup, prior (a new bucket's first K), explore (an unmeasured arm that may win),
+firm-up (a thin contender visited again), exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
 Size: about 490 lines, an eighth of them this explanation; what is left is the one class, whose rules
@@ -319,7 +320,7 @@ class OnlinePolicy(Policy):
         contenders = self._unsure_contenders(measured, estimates, margins, best_estimate, current)
         if contenders:
             bucket.exploring = True
-            return self._argmax(contenders, current), "explore"
+            return self._argmax(contenders, current), "firm-up"
         return self._exploit(bucket, measured, estimates, current)
 
     def _guided_estimates(

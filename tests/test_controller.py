@@ -267,6 +267,32 @@ def test_trace_samples_and_snapshot(tmp_path):
     assert summary["mean_gamma"] == round(8 / 3, 3)
 
 
+def test_online_trace_shows_the_arms_and_cost_line_each_decision_read(tmp_path):
+    """Why a decision went wrong is read from the trace: the bucket's arms (with the tokens they
+    verified per request) and its cost line, as the decision saw them."""
+    from vspec_runtime.control.online import OnlinePolicy
+
+    controller, _ = make(tmp_path, [], policy=OnlinePolicy(max_gamma=4, control_interval=1, start_gamma=2))
+    for index in range(12):
+        gamma = controller.choose_gamma(2)
+        drafts = (gamma, 0) if index % 2 else (gamma, gamma)  # the second request finds a match on every other step
+        controller.observe_step(step(drafted=drafts, accepted=(1, 0), start=0.01 * index,
+                                     end=0.01 * index + 0.008 + 0.001 * sum(drafts),
+                                     batched_tokens=2 + sum(drafts)))
+    controller.close()
+    trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    state = trace[-1]["bucket_state"]
+    arms = {int(gamma): arm for gamma, arm in state["arms"].items() if arm["samples"]}
+    assert any(gamma > 0 for gamma in arms), state
+    for gamma, arm in arms.items():
+        # Every other step one request of two drafted nothing: between 1 and 1 + K tokens a request
+        # (K = 0 verifies exactly one).
+        tokens = arm["verified_per_request_step"]
+        assert (tokens == 1.0) if gamma == 0 else (1.0 < tokens < 1.0 + gamma), (gamma, arm)
+        assert arm["ms_per_request_step"] > 0
+    assert state["cost_line"] is not None, "fills that vary give the line a slope"
+
+
 def test_interleaved_bench_switches_policies_only_when_idle_and_each_keeps_its_state(tmp_path, monkeypatch):
     """VSPEC_BENCH_POLICIES: one engine, several labelled policies; the driver names the next one in a
     file, and the controller switches when the engine is idle, never in the middle of a round."""

@@ -324,6 +324,9 @@ class AdaptiveController:
         }
         if "active" in summary:
             line["policy"] = summary["active"]
+        bucket_state = (summary.get("buckets") or {}).get(str(decision.bucket))
+        if bucket_state is not None:
+            line["bucket_state"] = bucket_state  # the arms and cost line this decision read
         if self.ranks:
             line["ranks"] = self.ranks
         if self._per_request_active() and self.allocator.last:

@@ -159,6 +159,8 @@ def bucket_summary(bucket: BucketState) -> dict[str, Any]:
                 "samples": arm.count,
                 "goodput_tokens_per_ms": round(arm.goodput_tokens_per_ms, 6),
                 "ms_per_step": round(arm.interval_ms / arm.count, 4) if arm.count else 0.0,
+                "ms_per_request_step": round(arm.ms_per_request_step, 4),
+                "verified_per_request_step": round(arm.verified_per_request_step, 4),
             }
             for gamma, arm in sorted(bucket.arms.items())
         },

@@ -58,7 +58,8 @@ SET_PANEL = "Other spec fields"
 # Scalar fields that get no flag of their own: reached with --set (see the module docstring).
 RARE_KEYS = frozenset({
     "version",
-    "adaptive.model_guided", "adaptive.batch_acceptance", "adaptive.token_costs", "adaptive.acceptance_model",
+    "adaptive.model_guided", "adaptive.batch_acceptance", "adaptive.token_costs", "adaptive.coverage_weighting",
+    "adaptive.acceptance_model",
     "adaptive.gamma0_mode", "adaptive.gamma0_reprobe_steps", "adaptive.fixed_gamma",
     "adaptive.seed",
     "adaptive.trace", "adaptive.samples",

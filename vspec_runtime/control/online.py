@@ -74,6 +74,7 @@ from vspec_runtime.control.acceptance import AcceptanceStats
 from vspec_runtime.control.base import Decision, Policy, StepFeedback, Target
 from vspec_runtime.control.batch_acceptance import BatchAcceptance
 from vspec_runtime.control.bucket_state import COST_LINE_MIN_VARIANCE, BucketState, bucket_summary
+from vspec_runtime.control.coverage import CoverageTally
 from vspec_runtime.control.online_config import OnlineConfig
 from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
 from vspec_runtime.control.run_acceptance import RunAcceptance
@@ -115,6 +116,8 @@ class OnlinePolicy(Policy):
             if config.acceptance_runs
             else None
         )
+        # The run model already counts how K cuts runs into steps; the tally would count it twice.
+        self.coverage = CoverageTally(config.max_gamma) if config.coverage_weighting and not config.acceptance_runs else None
         self._buckets: dict[int, BucketState] = {}
         self._rng = random.Random(config.seed)
         self._steps = 0
@@ -137,7 +140,10 @@ class OnlinePolicy(Policy):
         # Every step, drafts or not: a step without any (K=0: vLLM schedules no draft tokens at all)
         # still ages the evidence of undrafted positions, so that sitting at K=0 drifts the model back
         # to its prior and makes a K>0 worth a look again. Skipping such steps froze it at K=0.
-        self.acceptance.update(*feedback.acceptance_trials())
+        drafted, accepted = feedback.acceptance_trials()
+        self.acceptance.update(drafted, accepted)
+        if self.coverage is not None and feedback.stable and feedback.gamma > 0:
+            self.coverage.update(feedback.gamma, accepted, self.acceptance.rates())
         if self.batch_acceptance is not None:
             self.batch_acceptance.observe(feedback)
         if self.runs is not None:
@@ -171,6 +177,8 @@ class OnlinePolicy(Policy):
         self._phase_changes_seen = self.acceptance.phase_changes
         for bucket in self._buckets.values():
             bucket.forget_costs()
+        if self.coverage is not None:
+            self.coverage.clear()
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -187,6 +195,8 @@ class OnlinePolicy(Policy):
             # What the decisions read: E[K] along runs, and the run-position rates behind it.
             summary["run_expected_committed"] = [round(value, 4) for value in self.runs.expected_committed_curve()]
             summary["run_rates"] = [round(rate, 4) for rate in self.runs.rates()[:16]]
+        if self.coverage is not None:
+            summary["coverage"] = self.coverage.summary()
         if self.batch_acceptance is not None:
             # What the decisions read: E[K] of the requests in the latest step.
             summary["batch_requests"] = len(self.batch_acceptance.batch)
@@ -366,13 +376,19 @@ class OnlinePolicy(Policy):
 
     def expected_committed_curve(self) -> list[float]:
         """E[K] for K = 0..max: along runs of copyable text (``acceptance_runs``), else of the
-        requests in the batch (their own acceptance), else pooled."""
+        requests in the batch (their own acceptance), else pooled; with ``coverage_weighting``, per
+        token of the text covered (``coverage.py``)."""
         if self.runs is not None:
             return self.runs.expected_committed_curve()
         pooled = self.acceptance.expected_committed_curve()
         if self.batch_acceptance is None:
-            return pooled
-        return self.batch_acceptance.expected_committed_curve(self.acceptance.rates(), pooled)
+            curve = list(pooled)
+        else:
+            curve = self.batch_acceptance.expected_committed_curve(self.acceptance.rates(), pooled)
+        factors = self.coverage.compression() if self.coverage is not None else None
+        if factors is None:
+            return curve
+        return [expected * factor for expected, factor in zip(curve, factors)]
 
     def _unsure_contenders(
         self,

@@ -58,6 +58,9 @@ class OnlineConfig:
     # instead of each arm's own window (``OnlinePolicy._arm_costs``): robust to a machine whose speed
     # wanders between the visits of two arms, where the drafter's fills vary (n-gram lookup).
     token_costs: bool = True
+    # Multiply E[K] by how much fewer steps K spends inside runs the drafter gets right than the steps
+    # observed did (coverage.py): per-step means read at a small K flatter a large K.
+    coverage_weighting: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -85,6 +88,7 @@ class OnlineConfig:
             model_guided=adaptive.model_guided,
             batch_acceptance=adaptive.batch_acceptance,
             token_costs=adaptive.token_costs,
+            coverage_weighting=adaptive.coverage_weighting,
             acceptance_runs=adaptive.acceptance_model == "run",
             seed=adaptive.seed,
         )

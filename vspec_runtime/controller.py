@@ -138,10 +138,9 @@ class AdaptiveController:
             policy.inner = FaultInjectingPolicy(policy.inner, int(fail_after))
         return policy
 
-    @staticmethod
-    def _make_one(adaptive, max_gamma: int) -> Policy:
+    def _make_one(self, adaptive, max_gamma: int) -> Policy:
         profile = load_profile(adaptive.profile) if adaptive.policy == "profile" else None
-        return make_policy(adaptive, max_gamma, profile=profile)
+        return make_policy(adaptive, max_gamma, profile=profile, method=self.spec.method)
 
     def _build_switch(self, labelled: dict[str, Any]) -> PolicySwitch:
         """One policy per label, each with its own settings and its own max K (<= the engine's)."""

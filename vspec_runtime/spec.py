@@ -51,9 +51,10 @@ class AdaptiveSettings(_Strict):
     token_costs: bool = Field(True, description="Online policy: price each K by a line of step cost against "
                                                 "verified tokens over the latest steps (where the drafter's "
                                                 "fills vary, n-gram), not by that K's own window.")
-    coverage_weighting: bool = Field(False, description="Online policy: read E[K] per token of the text recent "
-                                                        "steps covered, not per step (a larger K crosses runs "
-                                                        "the drafter gets right in fewer steps).")
+    coverage_weighting: bool = Field(True, description="Online policy, n-gram lookup: read E[K] per token of the "
+                                                       "text recent steps covered, not per step (a larger K "
+                                                       "crosses the runs it copies in fewer steps). Model "
+                                                       "drafters draft anew each step: not applied to them.")
     acceptance_model: Literal["step", "run"] = Field(
         "step", description="Online policy: number draft positions per step, or along runs of copyable text "
                             "(n-gram lookup; opt-in until a bench resolves a gain).")

@@ -51,26 +51,28 @@ __all__ = [
 ]
 
 
-def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None = None) -> Policy:
+def make_policy(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None = None,
+                method: str = "ngram") -> Policy:
     """The policy ``adaptive.policy`` names, for candidates K in [min_gamma, max_gamma], guarded.
 
     ``max_gamma`` is the start-up num_speculative_tokens. ``profile`` is the profile JSON already
-    loaded by the caller (required for policy "profile"). On a policy fault the guard runs
-    ``fixed_gamma`` if set, else ``max_gamma``: what vLLM would have done without vspec.
+    loaded by the caller (required for policy "profile"); ``method`` the spec's drafting method. On a
+    policy fault the guard runs ``fixed_gamma`` if set, else ``max_gamma``: what vLLM would have done
+    without vspec.
     Raises ValueError with a one-line message on settings the policy cannot run with.
     """
     # Checked here as well as in the policies: they lower a min_gamma above their largest K (right
     # for a profile that covers fewer K), so only this check sees one above the engine's K.
     rules = KRules(max_gamma, adaptive.min_gamma, adaptive.max_gamma_step, adaptive.control_interval)
     check_adaptive_settings("adaptive settings", rules, adaptive.hysteresis)
-    inner = _build(adaptive, max_gamma, profile)
+    inner = _build(adaptive, max_gamma, profile, method)
     safe_gamma = min(adaptive.fixed_gamma if adaptive.fixed_gamma is not None else max_gamma, max_gamma)
     return GuardedPolicy(inner, safe_gamma=safe_gamma, max_gamma=max_gamma)
 
 
-def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None) -> Policy:
+def _build(adaptive: AdaptiveSettings, max_gamma: int, profile: dict[str, Any] | None, method: str) -> Policy:
     if adaptive.policy == "online":
-        return OnlinePolicy(OnlineConfig.from_settings(adaptive, max_gamma))
+        return OnlinePolicy(OnlineConfig.from_settings(adaptive, max_gamma, method))
     if adaptive.policy == "profile":
         if profile is None:
             raise ValueError("adaptive.profile: policy 'profile' needs a profile (--adaptive-profile PATH)")

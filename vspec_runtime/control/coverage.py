@@ -32,8 +32,10 @@ requests run now, this factor how K cuts their text into steps. The run model
 the step model's positions and weights its steps instead.
 
 Memory: two curves of max_gamma + 1 sums, forgotten per request-step over ``memory_requests`` (the
-steady horizon of the pooled model) and cleared when the pooled model sees a new phase. Work per step:
-distinct (drafted, accepted) pairs x (max_gamma + 1), plus max_gamma per fully accepted pair.
+steady horizon of the pooled model) and cleared when the pooled model sees a new phase, plus the
+cost vectors of at most max_gamma (max_gamma + 1) / 2 (budget, accepted) pairs, worked out once.
+Work per step: counting the batch's accepted values (C speed), then max_gamma + 1 adds per distinct
+value; a read is max_gamma + 1 divisions.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ __all__ = ["CoverageTally"]
 class CoverageTally:
     """Per K: tokens per step over the text recent steps covered, against their plain per-step mean."""
 
-    __slots__ = ("max_gamma", "_decay", "_tokens", "_requests", "_steps_at", "_committed_at")
+    __slots__ = ("max_gamma", "_decay", "_unit", "_requests", "_tokens", "_steps_at", "_committed_at", "_ended")
 
     def __init__(self, max_gamma: int, *, memory_requests: float = 256.0) -> None:
         if max_gamma < 0:
@@ -57,66 +59,94 @@ class CoverageTally:
             raise ValueError(f"memory_requests must be >= 1, got {memory_requests!r}")
         self.max_gamma = max_gamma
         self._decay = math.exp(-1.0 / memory_requests)
+        # (budget K', accepted a < K') -> (steps, tokens) at each K: a run that ended inside the step
+        # costs the same at K whatever the rates, so each pair's vectors are worked out once.
+        self._ended: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         self.clear()
 
     def clear(self) -> None:
         """Forget everything (the workload changed phase)."""
-        self._tokens = 0.0  # committed tokens of the steps tallied
+        # Sums are stored in units of ``_unit``, which grows as old steps fade: forgetting is then one
+        # division per step, not one per stored number.
+        self._unit = 1.0
         self._requests = 0.0  # request-steps tallied
+        self._tokens = 0.0  # tokens they committed
         self._steps_at = [0.0] * (self.max_gamma + 1)  # steps K would have taken over those tokens
         self._committed_at = [0.0] * (self.max_gamma + 1)  # tokens K would have committed at those steps
 
     def update(self, budget: int, accepted: Sequence[int], rates: Sequence[float]) -> None:
         """Fold in one stable step: ``budget`` K' every request had, ``accepted`` drafts per request
-        (budget trials: an empty draft accepted 0), ``rates`` the pooled p_1, p_2, ... for the tail."""
+        (budget trials: an empty draft accepted 0), ``rates`` the pooled p_1, p_2, ... (as read at the
+        latest decision) that price what a longer budget accepts past a wholly accepted one."""
         if budget <= 0 or not accepted:
             return
-        requests = len(accepted)
-        fade = self._decay**requests
-        self._tokens *= fade
-        self._requests *= fade
+        self._unit /= self._decay ** len(accepted)
+        unit = self._unit
         steps_at, committed_at = self._steps_at, self._committed_at
-        for gamma in range(self.max_gamma + 1):
-            steps_at[gamma] *= fade
-            committed_at[gamma] *= fade
         for accepted_tokens, count in Counter(accepted).items():
             accepted_tokens = min(max(int(accepted_tokens), 0), budget)
-            self._add(budget, accepted_tokens, count, rates)
-            self._tokens += count * (accepted_tokens + 1)
-        self._requests += requests
+            steps, tokens = self._costs(budget, accepted_tokens, rates)
+            weight = count * unit
+            for gamma in range(self.max_gamma + 1):
+                steps_at[gamma] += weight * steps[gamma]
+                committed_at[gamma] += weight * tokens[gamma]
+            self._requests += weight
+            self._tokens += weight * (accepted_tokens + 1)
+        if unit > 1e100:  # keep the stored numbers finite over any run length
+            self._rescale(1.0 / unit)
 
-    def _add(self, budget: int, accepted: int, count: int, rates: Sequence[float]) -> None:
+    def _costs(self, budget: int, accepted: int, rates: Sequence[float]) -> tuple[list[float], list[float]]:
+        """(steps, tokens) at each K for the ``accepted + 1`` tokens one request-step committed."""
         committed = accepted + 1
-        whole_budget = accepted == budget
-        further = _expected_further(rates, budget, self.max_gamma) if whole_budget else None
+        if accepted < budget:  # the run ended inside the step
+            key = (budget, accepted)
+            if key not in self._ended:
+                self._ended[key] = (
+                    [float(math.ceil(committed / (gamma + 1))) for gamma in range(self.max_gamma + 1)],
+                    [float(1 + min(accepted, gamma)) for gamma in range(self.max_gamma + 1)],
+                )
+            return self._ended[key]
+        further = _expected_further(rates, budget, self.max_gamma)
+        steps, tokens = [], []
         for gamma in range(self.max_gamma + 1):
-            if not whole_budget:
-                steps = math.ceil(committed / (gamma + 1))
-                tokens = 1 + min(accepted, gamma)
-            elif gamma <= budget:
-                steps = committed / (gamma + 1)
-                tokens = 1 + gamma
-            else:
-                extra = further[gamma]
-                steps = committed / (committed + extra)
-                tokens = committed + extra
-            self._steps_at[gamma] += count * steps
-            self._committed_at[gamma] += count * tokens
+            if gamma <= budget:  # the run goes on past the step: K cuts the same tokens finer
+                steps.append(committed / (gamma + 1))
+                tokens.append(1.0 + gamma)
+            else:  # the longer budget would have gone on accepting
+                steps.append(committed / (committed + further[gamma]))
+                tokens.append(committed + further[gamma])
+        return steps, tokens
+
+    def _rescale(self, factor: float) -> None:
+        self._steps_at = [value * factor for value in self._steps_at]
+        self._committed_at = [value * factor for value in self._committed_at]
+        self._requests *= factor
+        self._tokens *= factor
+        self._unit *= factor
+
+    def expected_committed(self) -> list[float] | None:
+        """[E_cover[K] for K = 0..max_gamma]: tokens per step over the text covered (None: nothing yet)."""
+        if self._requests <= 0.0:
+            return None
+        return [self._tokens / steps if steps > 0.0 else 1.0 for steps in self._steps_at]
+
+    def per_step_expected(self) -> list[float] | None:
+        """[E_step[K] for K = 0..max_gamma]: the plain mean over the same steps (None: nothing yet)."""
+        if self._requests <= 0.0:
+            return None
+        return [committed / self._requests for committed in self._committed_at]
 
     def compression(self) -> list[float] | None:
         """[E_cover[K] / E_step[K] for K = 0..max_gamma], or None before any step was tallied."""
-        if self._requests <= 0.0 or self._tokens <= 0.0:
+        cover, per_step = self.expected_committed(), self.per_step_expected()
+        if cover is None or per_step is None:
             return None
-        factors = []
-        for steps, committed in zip(self._steps_at, self._committed_at):
-            per_step = committed / self._requests
-            factors.append((self._tokens / steps) / per_step if steps > 0.0 and per_step > 0.0 else 1.0)
-        return factors
+        return [covered / stepped if stepped > 0.0 else 1.0 for covered, stepped in zip(cover, per_step)]
 
     def summary(self) -> dict[str, object]:
         factors = self.compression()
         return {"compression": None if factors is None else [round(f, 4) for f in factors],
-                "requests": round(self._requests, 1)}
+                "requests": round(self._requests / self._unit, 1)}
 
 
 def _expected_further(rates: Sequence[float], budget: int, max_gamma: int) -> list[float]:

@@ -118,6 +118,9 @@ class OnlinePolicy(Policy):
         )
         # The run model already counts how K cuts runs into steps; the tally would count it twice.
         self.coverage = CoverageTally(config.max_gamma) if config.coverage_weighting and not config.acceptance_runs else None
+        # The pooled rates as of the latest decision price the tally's tail past a fully accepted
+        # budget: reading them every step would recompute the pooled model every step.
+        self._tail_rates = self.acceptance.rates()
         self._buckets: dict[int, BucketState] = {}
         self._rng = random.Random(config.seed)
         self._steps = 0
@@ -143,7 +146,7 @@ class OnlinePolicy(Policy):
         drafted, accepted = feedback.acceptance_trials()
         self.acceptance.update(drafted, accepted)
         if self.coverage is not None and feedback.stable and feedback.gamma > 0:
-            self.coverage.update(feedback.gamma, accepted, self.acceptance.rates())
+            self.coverage.update(feedback.gamma, accepted, self._tail_rates)
         if self.batch_acceptance is not None:
             self.batch_acceptance.observe(feedback)
         if self.runs is not None:
@@ -385,7 +388,10 @@ class OnlinePolicy(Policy):
             curve = list(pooled)
         else:
             curve = self.batch_acceptance.expected_committed_curve(self.acceptance.rates(), pooled)
-        factors = self.coverage.compression() if self.coverage is not None else None
+        if self.coverage is None:
+            return curve
+        self._tail_rates = self.acceptance.rates()
+        factors = self.coverage.compression()
         if factors is None:
             return curve
         return [expected * factor for expected, factor in zip(curve, factors)]

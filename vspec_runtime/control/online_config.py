@@ -59,7 +59,8 @@ class OnlineConfig:
     # wanders between the visits of two arms, where the drafter's fills vary (n-gram lookup).
     token_costs: bool = True
     # Multiply E[K] by how much fewer steps K spends inside runs the drafter gets right than the steps
-    # observed did (coverage.py): per-step means read at a small K flatter a large K.
+    # observed did (coverage.py): per-step means read at a small K flatter a large K. Right where
+    # acceptance is a property of the text (n-gram lookup copies it); from_settings sets it for n-gram.
     coverage_weighting: bool = False
 
     def __post_init__(self) -> None:
@@ -76,7 +77,8 @@ class OnlineConfig:
         )
 
     @classmethod
-    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int) -> OnlineConfig:
+    def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int, method: str = "ngram") -> OnlineConfig:
+        """``method``: the spec's drafting method (coverage weighting is for n-gram lookup only)."""
         return cls(
             max_gamma=max_gamma,
             min_gamma=min(adaptive.min_gamma, max_gamma),
@@ -88,7 +90,7 @@ class OnlineConfig:
             model_guided=adaptive.model_guided,
             batch_acceptance=adaptive.batch_acceptance,
             token_costs=adaptive.token_costs,
-            coverage_weighting=adaptive.coverage_weighting,
+            coverage_weighting=adaptive.coverage_weighting and method == "ngram",
             acceptance_runs=adaptive.acceptance_model == "run",
             seed=adaptive.seed,
         )

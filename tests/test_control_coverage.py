@@ -83,7 +83,7 @@ def test_read_per_step_a_small_k_flatters_a_large_one_and_the_factor_says_by_how
     per_step = watcher.tally.per_step_expected()
     factors = watcher.tally.compression()
     assert per_step[6] > 1.2 * truth_at_6
-    assert per_step[6] * factors[6] == pytest.approx(truth_at_6, rel=0.03)
+    assert 1.0 + (per_step[6] - 1.0) * factors[6] == pytest.approx(truth_at_6, rel=0.03)
     assert factors[1] > 1.0 > factors[6]  # K=1 below the steps' K crosses runs in more steps, K=6 in fewer
 
 
@@ -165,3 +165,22 @@ def test_coverage_weighting_is_for_n_gram_lookup_only(method, weighted):
     assert (policy.inner.coverage is not None) is weighted
     off = make_policy(AdaptiveSettings(enabled=True, coverage_weighting=False), 6, method=method)
     assert off.inner.coverage is None
+
+
+class CurveWatcher(OnlinePolicy):
+    """The online policy, keeping the lowest E[K] any of its decisions read."""
+
+    lowest = float("inf")
+
+    def choose(self, batch_size, max_feasible_gamma):
+        decision = super().choose(batch_size, max_feasible_gamma)
+        self.lowest = min(self.lowest, min(self.expected_committed_curve()))
+        return decision
+
+
+def test_a_factor_learned_on_code_never_reads_chat_below_one_token_a_step():
+    """A step commits at least the target's own token. The factor scales accepted drafts only, so code's
+    strong compression carried into chat (no phase change seen at batch 1) cannot read E[K] < 1."""
+    policy = CurveWatcher(OnlineConfig(max_gamma=6, coverage_weighting=True))
+    replay_cells(policy, [demo_cell("code@1"), demo_cell("chat@1")], rounds=8)
+    assert policy.lowest >= 1.0

@@ -24,10 +24,13 @@ covering those c tokens have taken at budget K?
 Then E_cover[K] = (sum of c) / (sum of steps at K): tokens per step over the text the steps covered,
 which is what fixed K would commit on it. Beside it the plain mean over the same steps,
 E_step[K] = mean(1 + min(a, K)) (extrapolated the same way), and ``compression()`` returns
-E_cover[K] / E_step[K] (1 at K=0; below 1 where runs make K's steps fewer, about 1 where
-acceptance has no memory, as for a model drafter on uniform text). The online policy multiplies the
-curve it reads (the batch's own or the pooled one) by it: the batch model keeps telling which
-requests run now, this factor how K cuts their text into steps. The run model
+(E_cover[K] - 1) / (E_step[K] - 1), the drafts K accepts per step over the text for each one the
+per-step mean promises (below 1 where runs make K's steps fewer, above 1 below the K the steps ran).
+The online policy scales the accepted drafts of the curve it reads (the batch's own or the pooled
+one) by it, E[K] = 1 + (E_read[K] - 1) x factor[K]: the batch model keeps telling which requests run
+now, the factor how K cuts their text into steps. Scaling the drafts, not E itself, keeps E >= 1 when
+a factor learned on text with runs meets a cell with almost none: multiplied whole, code's 0.87 at
+K=6 read chat's E[6] of 1.07 as 0.93 on the demo bench (run 16), and online held chat@1 at K 1-2. The run model
 (``run_acceptance.py``) answers the same question by numbering positions along runs; this one keeps
 the step model's positions and weights its steps instead.
 
@@ -137,11 +140,14 @@ class CoverageTally:
         return [committed / self._requests for committed in self._committed_at]
 
     def compression(self) -> list[float] | None:
-        """[E_cover[K] / E_step[K] for K = 0..max_gamma], or None before any step was tallied."""
+        """[(E_cover[K] - 1) / (E_step[K] - 1) for K = 0..max_gamma]: how many drafts K accepts per step
+        over the text covered, for each one the per-step mean promises (1 where it promises none);
+        None before any step was tallied."""
         cover, per_step = self.expected_committed(), self.per_step_expected()
         if cover is None or per_step is None:
             return None
-        return [covered / stepped if stepped > 0.0 else 1.0 for covered, stepped in zip(cover, per_step)]
+        return [(covered - 1.0) / (stepped - 1.0) if stepped - 1.0 > 1e-9 else 1.0
+                for covered, stepped in zip(cover, per_step)]
 
     def summary(self) -> dict[str, object]:
         factors = self.compression()

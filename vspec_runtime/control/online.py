@@ -394,7 +394,7 @@ class OnlinePolicy(Policy):
         factors = self.coverage.compression()
         if factors is None:
             return curve
-        return [expected * factor for expected, factor in zip(curve, factors)]
+        return [1.0 + (expected - 1.0) * factor for expected, factor in zip(curve, factors)]
 
     def _unsure_contenders(
         self,

@@ -109,11 +109,11 @@ class CoverageTally:
                     [float(1 + min(accepted, gamma)) for gamma in range(self.max_gamma + 1)],
                 )
             return self._ended[key]
-        further = _expected_further(rates, budget, self.max_gamma)
+        further = _expected_further(rates, budget, budget + self.max_gamma)
         steps, tokens = [], []
         for gamma in range(self.max_gamma + 1):
-            if gamma <= budget:  # the run goes on past the step: K cuts the same tokens finer
-                steps.append(committed / (gamma + 1))
+            if gamma <= budget:  # K cuts the same tokens finer
+                steps.append(_steps_within_whole_budget(budget, gamma, further))
                 tokens.append(1.0 + gamma)
             else:  # the longer budget would have gone on accepting
                 steps.append(committed / (committed + further[gamma]))
@@ -153,6 +153,27 @@ class CoverageTally:
         factors = self.compression()
         return {"compression": None if factors is None else [round(f, 4) for f in factors],
                 "requests": round(self._requests / self._unit, 1)}
+
+
+def _steps_within_whole_budget(budget: int, gamma: int, further: Sequence[float]) -> float:
+    """Steps K = ``gamma`` <= ``budget`` takes over the budget + 1 tokens of a wholly accepted step.
+
+    Its drafts 1..budget are known right; the (budget+1)-th token was the target's, never drafted.
+    K's steps that draft known positions only commit K + 1 each; the step that reaches past them
+    commits the known drafts left, what it is expected to accept past the budget (``further``, from
+    the pooled rates), and its own token, and counts for the share of that which lies inside the
+    tokens covered. A run that surely goes on gives (budget + 1) / (K + 1), one that surely ends the
+    ceiling of it, as for a run that ended inside a step.
+    """
+    stride = gamma + 1
+    full_steps = (budget - gamma) // stride + 1  # steps whose drafts all lie at known positions
+    start = full_steps * stride  # where the next step starts, in tokens from the step's start
+    if start > budget:
+        return float(full_steps)
+    known_left = budget - start  # drafts of that step at positions known right
+    unknown = gamma - known_left  # its drafts past the budget (>= 1)
+    reached = known_left + 1.0 + further[budget + unknown]
+    return full_steps + (budget + 1 - start) / reached
 
 
 def _expected_further(rates: Sequence[float], budget: int, max_gamma: int) -> list[float]:

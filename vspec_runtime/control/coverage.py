@@ -17,7 +17,10 @@ covering those c tokens have taken at budget K?
 * the run ended inside the step (a < K'): ceil(c / (K + 1)) steps, each taking K drafts and the
   target's token until the rejected draft (exact for a drafter that continues the same run, n-gram
   lookup; a model drafter re-drafts and does about as well);
-* the whole budget was accepted (a = K') and K <= K': c / (K + 1) steps, the run goes on past the step;
+* the whole budget was accepted (a = K') and K <= K': K's steps over the known drafts commit K + 1
+  each, and the one that reaches past them counts for the share of its tokens inside the c, from how
+  far the run is expected to go on (pooled rates): c / (K + 1) steps when it surely goes on, the
+  ceiling when it surely ends (``_steps_within_whole_budget``);
 * a = K' and K > K': c / (c + x) steps, x the tokens the longer budget is expected to accept past K'
   (from the pooled position rates: the run is known to reach K' + 1 only).
 

@@ -22,9 +22,12 @@ Two ways to estimate an arm (``model_guided``):
   (the acceptance model moved) is explored then. E[K] is read for the requests in the batch
   (``batch_acceptance``, default): each request's own acceptance, shrunk toward the pooled rates,
   so a draining batch whose slow requests are left gets their E[K], not that of the fast ones
-  that finished (``batch_acceptance.py``). With ``acceptance_runs`` (opt-in, for n-gram lookup) E[K]
-  comes instead from the run model (``run_acceptance.py``): its correct drafts come in runs that outlast
-  a step, and per-step position rates measured at one K misjudge every other K.
+  that finished (``batch_acceptance.py``). For n-gram lookup (``coverage_weighting``, default there)
+  the drafts that E[K] counts are then scaled per token of the text covered (``coverage.py``): a
+  small K spends more steps inside runs than a large K would, and its per-step mean flatters the large
+  K. With ``acceptance_runs`` (opt-in) E[K] comes instead from the run model (``run_acceptance.py``):
+  its correct drafts come in runs that outlast a step, and per-step position rates measured at one K
+  misjudge every other K.
 
 Beyond the reference, three rules keep the estimates honest at little cost:
 
@@ -57,10 +60,10 @@ Decision reasons: warmup, prior (a new bucket's first K), explore (an unmeasured
 firm-up (a thin contender visited again), exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
-Size: about 490 lines, an eighth of them this explanation; what is left is the one class, whose rules
+Size: about 560 lines, an eighth of them this explanation; what is left is the one class, whose rules
 (warm-up, exploration, thin contenders, patience, forgetting, bucket priors) all read and write the same
 per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
-bucket_state).
+bucket_state, coverage).
 """
 
 from __future__ import annotations
@@ -117,7 +120,8 @@ class OnlinePolicy(Policy):
             else None
         )
         # The run model already counts how K cuts runs into steps; the tally would count it twice.
-        self.coverage = CoverageTally(config.max_gamma) if config.coverage_weighting and not config.acceptance_runs else None
+        weighted = config.coverage_weighting and not config.acceptance_runs
+        self.coverage = CoverageTally(config.max_gamma) if weighted else None
         # The pooled rates as of the latest decision price the tally's tail past a fully accepted
         # budget: reading them every step would recompute the pooled model every step.
         self._tail_rates = self.acceptance.rates()

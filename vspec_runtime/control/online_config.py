@@ -58,9 +58,10 @@ class OnlineConfig:
     # instead of each arm's own window (``OnlinePolicy._arm_costs``): robust to a machine whose speed
     # wanders between the visits of two arms, where the drafter's fills vary (n-gram lookup).
     token_costs: bool = True
-    # Multiply E[K] by how much fewer steps K spends inside runs the drafter gets right than the steps
-    # observed did (coverage.py): per-step means read at a small K flatter a large K. Right where
-    # acceptance is a property of the text (n-gram lookup copies it); from_settings sets it for n-gram.
+    # Scale the drafts E[K] counts by how much fewer steps K spends inside runs the drafter gets right
+    # than the steps observed did (coverage.py): per-step means read at a small K flatter a large K.
+    # Right where acceptance is a property of the text (n-gram lookup copies it); from_settings sets
+    # it for n-gram only.
     coverage_weighting: bool = False
 
     def __post_init__(self) -> None:

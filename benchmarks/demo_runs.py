@@ -50,6 +50,7 @@ def main(bench_dir: str, out_path: str) -> int:
     from transformers import AutoTokenizer
 
     from vspec_cli import model_store
+    from vspec_cli.offline_run import _render  # the bench's own prompt rendering (chat template)
     from vspec_cli.workloads import load_workload
 
     bench = Path(bench_dir)
@@ -72,9 +73,7 @@ def main(bench_dir: str, out_path: str) -> int:
         prompts = load_workload(kind).phases(int(batch), 1, same_prompts=True)[0].prompts
         rows = []
         for prompt, answer in zip(prompts, token_ids):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                 add_generation_prompt=True)
-            rows.append(answer_runs(tokenizer(text)["input_ids"], answer))
+            rows.append(answer_runs(tokenizer(_render(tokenizer, prompt, True))["input_ids"], answer))
         cells[cell] = rows
     record = {"source": f"{bench.name}: {first_outputs[0].name}, round 1 of each cell",
               "ngram": [NGRAM_MIN, NGRAM_MAX], "cells": cells}

@@ -56,7 +56,8 @@ __all__ = ["CoverageTally"]
 class CoverageTally:
     """Per K: tokens per step over the text recent steps covered, against their plain per-step mean."""
 
-    __slots__ = ("max_gamma", "_decay", "_unit", "_requests", "_tokens", "_steps_at", "_committed_at", "_ended")
+    __slots__ = ("max_gamma", "_decay", "_unit", "_requests", "_tokens", "_steps_at", "_committed_at", "_ended",
+                 "_whole", "_whole_rates")
 
     def __init__(self, max_gamma: int, *, memory_requests: float = 256.0) -> None:
         if max_gamma < 0:
@@ -68,6 +69,10 @@ class CoverageTally:
         # (budget K', accepted a < K') -> (steps, tokens) at each K: a run that ended inside the step
         # costs the same at K whatever the rates, so each pair's vectors are worked out once.
         self._ended: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
+        # budget K' -> (steps, tokens) at each K for a wholly accepted step, priced with ``_whole_rates``:
+        # the caller passes the same rates until its next decision, so most steps reuse them.
+        self._whole: dict[int, tuple[list[float], list[float]]] = {}
+        self._whole_rates: Sequence[float] | None = None
         self.clear()
 
     def clear(self) -> None:
@@ -112,6 +117,15 @@ class CoverageTally:
                     [float(1 + min(accepted, gamma)) for gamma in range(self.max_gamma + 1)],
                 )
             return self._ended[key]
+        if rates is not self._whole_rates:
+            self._whole_rates, self._whole = rates, {}
+        if budget not in self._whole:
+            self._whole[budget] = self._whole_budget_costs(budget, rates)
+        return self._whole[budget]
+
+    def _whole_budget_costs(self, budget: int, rates: Sequence[float]) -> tuple[list[float], list[float]]:
+        """(steps, tokens) at each K for a step that accepted its whole budget K' (module docstring)."""
+        committed = budget + 1
         further = _expected_further(rates, budget, budget + self.max_gamma)
         steps, tokens = [], []
         for gamma in range(self.max_gamma + 1):

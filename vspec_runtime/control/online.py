@@ -388,13 +388,15 @@ class OnlinePolicy(Policy):
         if self.runs is not None:
             return self.runs.expected_committed_curve()
         pooled = self.acceptance.expected_committed_curve()
-        if self.batch_acceptance is None:
-            curve = list(pooled)
-        else:
-            curve = self.batch_acceptance.expected_committed_curve(self.acceptance.rates(), pooled)
+        if self.batch_acceptance is None and self.coverage is None:
+            return pooled
+        rates = self.acceptance.rates()
+        curve = pooled
+        if self.batch_acceptance is not None:
+            curve = self.batch_acceptance.expected_committed_curve(rates, pooled)
         if self.coverage is None:
             return curve
-        self._tail_rates = self.acceptance.rates()
+        self._tail_rates = rates
         factors = self.coverage.compression()
         if factors is None:
             return curve

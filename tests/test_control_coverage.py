@@ -133,12 +133,12 @@ def ratio_to_best_fixed(make_policy_for_cells, cells: list[TextCell], seeds: int
 def test_online_with_coverage_weighting_runs_the_demo_code_cell_near_its_best_fixed_k():
     """Replayed batch-8 cells of the demo: weighted, online gains on code@8 (where per-step E[K]
     flattered K=6 and online ran 0.92x the best fixed K on the bench; replayed 0.944x plain against
-    0.974x weighted) and loses nowhere."""
+    0.981x weighted) and loses nowhere."""
     cells = [demo_cell(name) for name in ("copy@8", "code@8", "chat@8")]
     plain = ratio_to_best_fixed(lambda: OnlinePolicy(OnlineConfig(max_gamma=6)), cells)
     weighted = ratio_to_best_fixed(lambda: OnlinePolicy(OnlineConfig(max_gamma=6, coverage_weighting=True)), cells)
     assert weighted["code@8"] >= 0.97
-    assert weighted["code@8"] >= plain["code@8"] + 0.02
+    assert weighted["code@8"] >= plain["code@8"] + 0.03
     for name in ("copy@8", "chat@8"):
         assert weighted[name] >= plain[name] - 0.01
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vspec_runtime.control.base import Decision, Policy, StepFeedback, Target
 from vspec_runtime.control.rules import KRules
 from vspec_runtime.control.sticky import MAX_BACKOFF, StickyZero
@@ -56,7 +58,7 @@ class SlowDecider(Policy):
         self.seen.append(feedback)
 
 
-def make(tmp_path, gammas, method="ngram", policy=None, **adaptive):
+def make(tmp_path, gammas, method="ngram", policy=None, prefix_caching=True, **adaptive):
     spec = validate_spec({
         "method": method, "target_model": "t", "drafter": "d" if method != "ngram" else None, "gamma": 4,
         "adaptive": {"enabled": True, "trace": str(tmp_path / "trace.jsonl"),
@@ -65,7 +67,7 @@ def make(tmp_path, gammas, method="ngram", policy=None, **adaptive):
     policy = policy or ScriptedPolicy(gammas)
     clock = iter(range(1000, 100000))
     return AdaptiveController(spec, max_gamma=4, max_batched_tokens=64, policy=policy,
-                              clock=lambda: float(next(clock))), policy
+                              clock=lambda: float(next(clock)), prefix_caching=prefix_caching), policy
 
 
 def step(batch=2, drafted=(2, 2), accepted=(1, 2), start=0.0, end=0.010, pure=True, **gammas):
@@ -230,6 +232,37 @@ def test_requests_the_cohort_skipped_are_not_counted_as_failed_drafts(tmp_path):
     assert step.acceptance_trials() == ((2,), (2,))          # not ((2, 2, 2, 2), (2, 0, 0, 0))
     gamma, step = run_step(("b", "c", "d"), (2, 2), (1, 2), ("b", "d"), finished=("a",))  # b recomputed
     assert step.cannot_draft == ("c",)
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_without_prefix_caching_requests_admitted_at_k0_cannot_draft(tmp_path, prefix_caching):
+    """With prefix caching off the K=0 fast path skips the drafter in prompt steps too, so a request
+    admitted inside the cohort has no drafter cache at all: at the probe its empty draft is "cannot
+    draft", not a rejected budget. With prefix caching on its prompt pass ran (the prompt blocks may
+    serve later requests), and only the pure decode steps after it were skipped."""
+    controller, policy = make(tmp_path, [0, 2, 2, 2], method="draft", gamma0_reprobe_steps=1,
+                              prefix_caching=prefix_caching)
+    clock = iter(range(100))
+
+    def run_step(batch_ids, pure=True, drafted=(), accepted=(), request_ids=()):
+        gamma = controller.choose_gamma(len(batch_ids))
+        start = next(clock) / 100
+        controller.observe_step(ObservedStep(
+            drafted=drafted, accepted=accepted, batch_size=len(batch_ids), pure_decode=pure,
+            scheduled_at=start, completed_at=start + 0.01, request_ids=request_ids, batch_ids=batch_ids))
+        return gamma, policy.seen[-1]
+
+    assert run_step(("a", "b"))[0] == 0                  # K=0 decided: the drafter skips a, b
+    assert run_step(("a", "b", "c"), pure=False)[0] == 0  # held; c admitted in a prompt step
+    assert run_step(("a", "b", "c"))[0] == 2              # the probe: drafts for the next step
+    if prefix_caching:
+        _, step = run_step(("a", "b", "c"), drafted=(2,), accepted=(1,), request_ids=("c",))
+        assert step.cannot_draft == ("a", "b")           # c's prompt pass ran, its decode steps did not
+        assert step.acceptance_trials() == ((2,), (1,))
+    else:
+        _, step = run_step(("a", "b", "c"))
+        assert step.cannot_draft == ("a", "b", "c")      # c never had a drafter pass
+        assert step.acceptance_trials() == ((), ())      # no failed budgets: nobody could draft
 
 
 def test_ngram_requests_are_never_reported_unable_to_draft(tmp_path):

@@ -1,7 +1,8 @@
 """Real vLLM (CPU, fp32) with tiny models built in the test: the controller changes K and nothing else.
 
 Greedy outputs must be token-identical between target-only, a fixed K and vspec's scheduler with K
-changing, for ngram, draft_model and eagle drafting, with prefix caching on as `vspec serve` runs.
+changing, for ngram, draft_model and eagle drafting, with prefix caching on as `vspec serve` runs
+(one engine runs without it, where the K=0 fast path also skips a model drafter's prompt pass).
 Each case is one fresh engine in its own process. The draft model is the target's first layer,
 so verification accepts some drafts and rejects others while K changes.
 """
@@ -39,8 +40,9 @@ def spec(method: str, target: str, drafter: str | None = None, adaptive: dict | 
 
 
 def generate(tmp_path, engine_spec: dict, target: str, drafter: str | None = None, env_note: str = "",
-             batch_sampling: list | None = None) -> dict:
+             batch_sampling: list | None = None, prefix_caching: bool = True) -> dict:
     request = {
+        "prefix_caching": prefix_caching,
         "spec": engine_spec,
         "target_path": target,
         "drafter_path": drafter,
@@ -101,14 +103,15 @@ def speculative_run(tiny_models, tmp_path_factory):
             # The draft model is the target's first layer: partly right. A random EAGLE head: almost never.
             drafter = {"ngram": None, "draft": str(tiny_models["llama-first-layer"]),
                        "eagle": str(tiny_models["llama-eagle"])}[method]
-            adaptive = {"fixed": None, "changing-k": CHANGING_K, "reprobe": REPROBE,
+            adaptive = {"fixed": None, "changing-k": CHANGING_K, "reprobe": REPROBE, "reprobe-no-prefix-cache": REPROBE,
                         "online": ADAPTIVE, "per-request": PER_REQUEST}[mode]
             if (method, mode) == ("draft", "changing-k"):
                 adaptive = dict(adaptive, per_request=False)
             if adaptive:
                 adaptive = dict(adaptive, trace=str(folder / "trace.jsonl"), samples=str(folder / "samples.jsonl"))
             result = generate(folder, spec(method, target, drafter, adaptive), target, drafter,
-                              batch_sampling=CAPS if (method, mode) == ("draft", "changing-k") else None)
+                              batch_sampling=CAPS if (method, mode) == ("draft", "changing-k") else None,
+                              prefix_caching=mode != "reprobe-no-prefix-cache")
             samples = folder / "samples.jsonl"
             result["samples"] = [json.loads(line) for line in samples.read_text().splitlines()] if samples.exists() else []
             cache[(method, mode)] = result
@@ -120,6 +123,7 @@ def speculative_run(tiny_models, tmp_path_factory):
 @pytest.mark.parametrize(("method", "mode"), [
     ("ngram", "fixed"), ("draft", "fixed"), ("eagle", "fixed"),
     ("ngram", "changing-k"), ("draft", "changing-k"), ("eagle", "changing-k"), ("draft", "reprobe"),
+    ("draft", "reprobe-no-prefix-cache"),
     ("ngram", "online"),  # the real controller end to end; for equality any K sequence is as good as another
     ("draft", "per-request"),
 ])
@@ -135,7 +139,7 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
     chosen = {int(k) for phase in measured for k, n in phase["selections"].items() if n}
     if mode == "changing-k":
         assert len(chosen - {0}) > 1, f"K did not change inside the measured phases: {chosen}"
-    if mode == "reprobe":  # the sweep's two values: K=0 held, then brought back by re-probes
+    if mode.startswith("reprobe"):  # the sweep's two values: K=0 held, then brought back by re-probes
         assert chosen == {0, 2}, f"K did not go to 0 and back inside the measured phases: {chosen}"
     if mode == "online":
         assert any(line["gamma"] > 0 for line in result["trace"]), "the controller never drafted"
@@ -149,6 +153,7 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
     ("ngram", "changing-k", "a step without drafts was sampled without the rejection sampler"),
     ("draft", "changing-k", "a step without drafts was sampled without the rejection sampler"),
     ("draft", "reprobe", "the model drafter was skipped in a K=0 decode step"),
+    ("draft", "reprobe-no-prefix-cache", "the model drafter was skipped in a K=0 step with prompt tokens"),
 ])
 def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
     """Steps at K=0 skip the rejection sampler (and the n-gram drafter; a model drafter under sticky
@@ -156,6 +161,14 @@ def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
     result = speculative_run(method, mode)
     assert any(step["gamma"] == 0 for step in result["trace"]), "K was never 0"
     assert result["stderr"].count(f"vspec patch k0-fast-path live: {line}") == 1
+
+
+def test_with_prefix_caching_on_a_k0_prompt_step_still_runs_the_drafter(speculative_run):
+    """The prompt blocks may serve later requests that draft: their drafter values must be there. The
+    two engines run the same K script, so the one with prefix caching met the same K=0 prompt steps."""
+    prompt_skip = "skipped in a K=0 step with prompt tokens"
+    assert prompt_skip in speculative_run("draft", "reprobe-no-prefix-cache")["stderr"]
+    assert prompt_skip not in speculative_run("draft", "reprobe")["stderr"]
 
 
 def test_reprobe_brings_k_back_without_drafting_from_a_stale_cache(speculative_run):

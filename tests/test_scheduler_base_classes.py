@@ -449,7 +449,8 @@ def test_the_k0_fast_path_skips_a_model_drafter_only_under_sync_scheduling(async
     propose = k0_fast_path._make_propose(lambda runner, output, sampled, *rest: ran.append(output) or "drafted",
                                          skip_model_drafters=True)
     runner = SimpleNamespace(speculative_config=SimpleNamespace(method="eagle"), use_async_scheduling=asynchronous,
-                             input_batch=SimpleNamespace(req_ids=["a"]), device="cpu")
+                             input_batch=SimpleNamespace(req_ids=["a"]), device="cpu",
+                             cache_config=SimpleNamespace(enable_prefix_caching=True))
     k0_decode = SimpleNamespace(num_spec_tokens_to_schedule=0, scheduled_new_reqs=[], preempted_req_ids=None,
                                 num_scheduled_tokens={"a": 1}, scheduled_spec_decode_tokens={},
                                 finished_req_ids=set())
@@ -460,3 +461,31 @@ def test_the_k0_fast_path_skips_a_model_drafter_only_under_sync_scheduling(async
         assert any("--no-async-scheduling" in r.getMessage() for r in caplog.records)
     else:
         assert not ran and tuple(result.shape) == (1, 0)
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_the_k0_fast_path_skips_a_prompt_step_drafter_pass_only_without_prefix_caching(prefix_caching, monkeypatch):
+    """A K=0 step that admits a request: with prefix caching on, the drafter's prompt pass runs (the
+    prompt blocks may serve later requests that draft); off, nobody reuses them and the request never
+    drafts inside the cohort, so the pass is skipped and the request is marked stale."""
+    from types import SimpleNamespace
+
+    from vspec_runtime.patches import k0_fast_path
+
+    monkeypatch.setattr(k0_fast_path, "_announced", set())
+    ran = []
+    propose = k0_fast_path._make_propose(lambda runner, output, sampled, *rest: ran.append(output) or "drafted",
+                                         skip_model_drafters=True)
+    runner = SimpleNamespace(speculative_config=SimpleNamespace(method="draft_model"), use_async_scheduling=False,
+                             input_batch=SimpleNamespace(req_ids=["a", "b"]), device="cpu",
+                             cache_config=SimpleNamespace(enable_prefix_caching=prefix_caching))
+    k0_prompt = SimpleNamespace(num_spec_tokens_to_schedule=0, scheduled_new_reqs=[SimpleNamespace(req_id="b")],
+                                preempted_req_ids=None, num_scheduled_tokens={"a": 1, "b": 12},
+                                scheduled_spec_decode_tokens={}, finished_req_ids=set())
+    result = propose(runner, k0_prompt, [[TOKEN], [TOKEN]])
+    if prefix_caching:
+        assert result == "drafted" and ran, "the drafter's prompt pass was skipped under prefix caching"
+        assert not getattr(runner, k0_fast_path.STALE)
+    else:
+        assert not ran and tuple(result.shape) == (2, 0)
+        assert getattr(runner, k0_fast_path.STALE) == {"a", "b"}

@@ -94,6 +94,7 @@ class AdaptiveController:
         policy: Optional[Policy] = None,
         clock: Callable[[], float] = time.perf_counter,
         ranks: Optional[dict[str, Any]] = None,
+        prefix_caching: bool = True,
     ):
         self.spec = spec
         self.ranks = ranks or {}  # vspec_runtime/parallel.py rank_layout: which ranks this controller serves
@@ -105,6 +106,8 @@ class AdaptiveController:
         self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
         self._zero_cohort = StickyZero(spec.adaptive.gamma0_reprobe_steps)
         self._skipped_drafts = SkippedDrafts()  # requests the cohort's skipped drafter left unable to draft
+        # Without prefix caching the K=0 fast path skips the drafter in prompt steps too (vllm_adapter.drafter_skippable).
+        self._prefix_caching = prefix_caching
         self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
         self._drafted_with: Optional[int] = None  # K that produced the drafts verified next step
         self._last_completed_at: Optional[float] = None
@@ -230,8 +233,10 @@ class AdaptiveController:
         stable = step.pure_decode and verified_gamma == drafting_gamma
         cannot_draft = self._skipped_drafts.in_step(step.batch_ids, step.request_ids)
         if self.sticky_zero:
-            # drafting_gamma is the K this step drafted with: at 0 the fast path skipped the drafter.
-            self._skipped_drafts.after_step(step.batch_ids, step.finished, drafting_gamma, step.pure_decode)
+            # drafting_gamma is the K this step drafted with: at 0 the fast path skipped the drafter,
+            # in pure decode steps, and with prefix caching off in every step.
+            skippable = step.pure_decode or not self._prefix_caching
+            self._skipped_drafts.after_step(step.batch_ids, step.finished, drafting_gamma, skippable)
         feedback = StepFeedback(
             batch_size=step.batch_size,
             gamma=verified_gamma,

@@ -121,6 +121,7 @@ class AdaptiveHooks:
             max_gamma=self.num_spec_tokens,
             max_batched_tokens=self.max_num_scheduled_tokens,
             ranks=parallel.rank_layout(self.vllm_config),
+            prefix_caching=self.cache_config.enable_prefix_caching,
         )
         self._set_gamma(self._vspec.current_gamma)
         self._vspec_drafting_k = self._vspec.current_gamma

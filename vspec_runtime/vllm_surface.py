@@ -181,6 +181,9 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.v1.worker.gpu_input_batch:InputBatch.req_ids", "attribute", "the requests whose drafter cache a skipped K=0 step leaves behind", None, ADAPTIVE),
     Sym("vllm.v1.core.sched.output:SchedulerOutput.finished_req_ids", "field", "finished requests leave the K=0 fast path's stale set and the per-request acceptance table", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.device", "attribute", "where the K=0 fast path puts a skipped model drafter's empty drafts", None, ADAPTIVE),
+    Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.cache_config", "attribute", "whether prefix caching is on: without it the K=0 fast path skips a model drafter in prompt steps too", None, ADAPTIVE),
+    Sym("vllm.config.cache:CacheConfig.enable_prefix_caching", "field", "prompt blocks a K=0 step leaves without drafter values must not be reused (K=0 fast path; the scheduler mirrors it)", None, ADAPTIVE),
+    Sym(f"{_SCHED}.cache_config", "attribute", "whether prefix caching is on: the controller's record of which requests can still draft", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.use_async_scheduling", "attribute", "the K=0 fast path never skips a model drafter under async scheduling (the next step needs its pass)", None, ADAPTIVE),
     # --- offline engine runs for `vspec bench` and `vspec profile` (vspec_cli/offline_run.py) ---
     Sym("vllm.entrypoints.llm:LLM.get_metrics", "function", "the bench reads vLLM's counters from it after each phase", (), CORE),

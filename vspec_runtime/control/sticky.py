@@ -105,11 +105,12 @@ class SkippedDrafts:
         self._ids.difference_update(drafting_ids)
         return tuple(request for request in batch_ids if request in self._ids)
 
-    def after_step(self, batch_ids: Iterable[str], finished: Iterable[str], gamma: int, pure_decode: bool) -> None:
-        """A pure decode step at K=0 skipped the drafter for its whole batch; finished requests leave."""
+    def after_step(self, batch_ids: Iterable[str], finished: Iterable[str], gamma: int, skippable: bool) -> None:
+        """A step at K=0 of a kind the fast path skips (``skippable``: pure decode, or any step with
+        prefix caching off) skipped the drafter for its whole batch; finished requests leave."""
         if finished and self._ids:
             self._ids.difference_update(finished)
-        if gamma == 0 and pure_decode:
+        if gamma == 0 and skippable:
             self._ids.update(batch_ids)
 
     def clear(self) -> None:

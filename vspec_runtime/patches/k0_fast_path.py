@@ -29,9 +29,13 @@ How: wrappers on the model runner, ``_sample``, ``propose_draft_token_ids`` and 
   default): once the controller picks K=0 for a model drafter it holds K=0 for the cohort
   (vspec_runtime/control/sticky.py: until the batch drains, or a re-probe under continuous load),
   and a request the drafter skipped never drafts again (``take_draft_token_ids`` below), so the
-  drafter's stale cache for it is never used. Only pure decode steps are skipped: a step with prompt tokens still runs
-  the drafter, so prompt blocks that prefix caching hands to later requests hold the drafter's
-  values. What is left behind is the drafter's cache for tokens generated during a cohort: a later
+  drafter's stale cache for it is never used. With prefix caching on (as `vspec serve` runs) only
+  pure decode steps are skipped: a step with prompt tokens still runs the drafter, so prompt blocks
+  that prefix caching hands to later requests hold the drafter's values. With prefix caching off
+  nobody reuses those blocks, and a step with prompt tokens is skipped too: the requests it admits
+  into the cohort never draft, so their prompt pass was pure cost (on the demo's chat at batch 8
+  with a drafter of 8 of the target's 30 layers, about 5% of the run; docs/benchmarks.md, "The
+  useless drafter"). What is left behind is the drafter's cache for tokens generated during a cohort: a later
   request whose prompt contains them through a prefix-cache hit (a multi-turn conversation) drafts
   from that stale context; its drafts are rejected more often, its outputs are still exact. A
   controller fault inside a cohort resumes drafting (K frozen at 1 or more) with the same effect.
@@ -80,6 +84,8 @@ SYMBOLS = (
     "vllm.config.speculative:SpeculativeConfig.method",
     f"{_RUNNER}.device",
     f"{_RUNNER}.use_async_scheduling",
+    f"{_RUNNER}.cache_config",
+    "vllm.config.cache:CacheConfig.enable_prefix_caching",
     f"{_RUNNER}.take_draft_token_ids",
     f"{_RUNNER}.input_batch",
     "vllm.v1.worker.gpu_input_batch:InputBatch.req_ids",
@@ -140,8 +146,7 @@ def _make_propose(original, skip_model_drafters: bool):
         if scheduler_output.num_spec_tokens_to_schedule == 0:
             if self.speculative_config.method in STATELESS_METHODS:
                 return [[] for _ in sampled_token_ids]
-            if skip_model_drafters and vllm_adapter.pure_decode(scheduler_output) and _may_skip_drafter(self):
-                _announce("the model drafter was skipped in a K=0 decode step (sticky K=0)")
+            if skip_model_drafters and _may_skip_drafter(self) and _drafter_skippable(self, scheduler_output):
                 stale.update(self.input_batch.req_ids)
                 # What the model drafters return at K=0 after their forward pass: no drafts.
                 return torch.empty(len(scheduler_output.num_scheduled_tokens), 0, dtype=torch.int64,
@@ -149,6 +154,18 @@ def _make_propose(original, skip_model_drafters: bool):
         return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
 
     return propose_draft_token_ids
+
+
+def _drafter_skippable(runner, scheduler_output) -> bool:
+    """A pure decode step, or with prefix caching off any step (``vllm_adapter.drafter_skippable``);
+    says which, the first time."""
+    if vllm_adapter.pure_decode(scheduler_output):
+        _announce("the model drafter was skipped in a K=0 decode step (sticky K=0)")
+        return True
+    if vllm_adapter.drafter_skippable(scheduler_output, runner.cache_config.enable_prefix_caching):
+        _announce("the model drafter was skipped in a K=0 step with prompt tokens (prefix caching off)")
+        return True
+    return False
 
 
 def _may_skip_drafter(runner) -> bool:

@@ -22,7 +22,7 @@ from vspec_runtime.control import make_policy
 from vspec_runtime.control.base import Decision, Policy, StepFeedback
 from vspec_runtime.control.per_request import DraftAllocator
 from vspec_runtime.control.rules import feasible_cap
-from vspec_runtime.control.sticky import SkippedDrafts, StickyZero
+from vspec_runtime.control.sticky import SkippedDrafts, StickyZero, skips_drafter
 from vspec_runtime.control.switch import PolicySwitch
 from vspec_runtime.spec import METHODS_WITH_DRAFTER, RuntimeSpec
 
@@ -106,7 +106,7 @@ class AdaptiveController:
         self.sticky_zero = spec.method in METHODS_WITH_DRAFTER and spec.adaptive.gamma0_mode == "sticky"
         self._zero_cohort = StickyZero(spec.adaptive.gamma0_reprobe_steps)
         self._skipped_drafts = SkippedDrafts()  # requests the cohort's skipped drafter left unable to draft
-        # Without prefix caching the K=0 fast path skips the drafter in prompt steps too (vllm_adapter.drafter_skippable).
+        # Without prefix caching the K=0 fast path skips the drafter in prompt steps too (sticky.skips_drafter).
         self._prefix_caching = prefix_caching
         self.current_gamma = min(max_gamma, spec.adaptive.fixed_gamma or max_gamma)
         self._drafted_with: Optional[int] = None  # K that produced the drafts verified next step
@@ -235,7 +235,7 @@ class AdaptiveController:
         if self.sticky_zero:
             # drafting_gamma is the K this step drafted with: at 0 the fast path skipped the drafter,
             # in pure decode steps, and with prefix caching off in every step.
-            skippable = step.pure_decode or not self._prefix_caching
+            skippable = skips_drafter(step.pure_decode, self._prefix_caching)
             self._skipped_drafts.after_step(step.batch_ids, step.finished, drafting_gamma, skippable)
         feedback = StepFeedback(
             batch_size=step.batch_size,

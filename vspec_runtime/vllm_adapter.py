@@ -229,7 +229,7 @@ def pure_decode(scheduler_output: Any, spec_tokens: Optional[Mapping[str, Any]] 
 
     Only such steps measure the cost of a K cleanly, so only they feed the policy's cost windows; and
     with prefix caching on, only in such steps may the K=0 fast path skip a model drafter
-    (``drafter_skippable``)."""
+    (``control.sticky.skips_drafter``)."""
     if spec_tokens is None:
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
     if num_scheduled is None:
@@ -239,17 +239,6 @@ def pure_decode(scheduler_output: Any, spec_tokens: Optional[Mapping[str, Any]] 
         and not scheduler_output.preempted_req_ids
         and all(count == 1 + len(spec_tokens.get(req_id, ())) for req_id, count in num_scheduled.items())
     )
-
-
-def drafter_skippable(scheduler_output: Any, prefix_caching: bool) -> bool:
-    """Whether a K=0 step of a sticky cohort may skip a model drafter (patches/k0_fast_path.py).
-
-    Every request of such a step was running or admitted in the cohort and never drafts again, so
-    the drafter's cache for it is never read by itself. A step with prompt tokens is the exception
-    when prefix caching is on: its prompt blocks go into the cache, a later request that drafts may
-    reuse them, and they must then hold the drafter's values. With prefix caching off nobody reuses
-    them, and on the demo's chat at batch 8 the drafter's prompt pass is most of what K=0 costs."""
-    return not prefix_caching or pure_decode(scheduler_output)
 
 
 def _context_tokens(num_scheduled: Mapping[str, int], requests: Mapping[str, Any]) -> int:

@@ -24,6 +24,18 @@ from collections.abc import Iterable
 MAX_BACKOFF = 16
 
 
+def skips_drafter(pure_decode: bool, prefix_caching: bool) -> bool:
+    """Whether a K=0 step of a sticky cohort skips a model drafter: the rule the K=0 fast path applies
+    in the worker (patches/k0_fast_path.py) and ``SkippedDrafts`` mirrors in the scheduler.
+
+    Every request of such a step was running or admitted in the cohort and never drafts again, so the
+    drafter's cache for it is never read by itself. A step with prompt tokens is the exception when
+    prefix caching is on: its prompt blocks go into the cache, a later request that drafts may reuse
+    them, and they must then hold the drafter's values. With prefix caching off nobody reuses them, and
+    on the demo's chat at batch 8 the drafter's prompt pass was most of what K=0 cost."""
+    return pure_decode or not prefix_caching
+
+
 class StickyZero:
     def __init__(self, reprobe_steps: int) -> None:
         self.reprobe_steps = reprobe_steps

@@ -68,6 +68,7 @@ from types import ModuleType
 import torch
 
 from vspec_runtime import vllm_adapter
+from vspec_runtime.control.sticky import skips_drafter
 from vspec_runtime.patches import _base, _hooks
 
 logger = logging.getLogger("vspec.patches")
@@ -157,15 +158,15 @@ def _make_propose(original, skip_model_drafters: bool):
 
 
 def _drafter_skippable(runner, scheduler_output) -> bool:
-    """A pure decode step, or with prefix caching off any step (``vllm_adapter.drafter_skippable``);
-    says which, the first time."""
-    if vllm_adapter.pure_decode(scheduler_output):
+    """``control.sticky.skips_drafter`` for this step; says which kind of step, the first time."""
+    decode = vllm_adapter.pure_decode(scheduler_output)
+    if not skips_drafter(decode, runner.cache_config.enable_prefix_caching):
+        return False
+    if decode:
         _announce("the model drafter was skipped in a K=0 decode step (sticky K=0)")
-        return True
-    if vllm_adapter.drafter_skippable(scheduler_output, runner.cache_config.enable_prefix_caching):
+    else:
         _announce("the model drafter was skipped in a K=0 step with prompt tokens (prefix caching off)")
-        return True
-    return False
+    return True
 
 
 def _may_skip_drafter(runner) -> bool:

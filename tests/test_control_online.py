@@ -11,7 +11,7 @@ import json
 import pytest
 
 from vspec_runtime.control.base import StepFeedback
-from vspec_runtime.control.online import OnlineConfig, OnlinePolicy
+from vspec_runtime.control.online import OnlineConfig, OnlinePolicy, upper_rate
 from vspec_runtime.control.simulate import (
     AcceptanceProcess,
     LatencyModel,
@@ -183,6 +183,42 @@ def test_golden_decisions_useless_drafter():
     ]
 
 
+def dear_useless_drafter(draft_ms: float = 22.0) -> Scenario:
+    """The demo's useless drafter at batch 1, as measured (docs/benchmarks.md): SmolLM2 drafted by its
+    own first 8 layers, a step of 44 ms at K=0 and 66 at K=1, one draft in twelve accepted."""
+    return Scenario("dear-useless", AcceptanceProcess.constant(0.08),
+                    LatencyModel(base_ms=44.0, verify_ms_per_token=0.0, draft_ms_per_forward=draft_ms),
+                    batches=((0, 1),), steps=400, unstable_rate=0.0)
+
+
+def test_a_dear_drafter_that_surely_loses_goes_to_k0_at_once():
+    """With sure_zero (model drafters) the walk down from K=6 stops as soon as even the most
+    optimistic first-draft rate loses to K=0, past the step limit and before evidence_to_stop trials:
+    the 8-layer drafter's first round walked 6, 4, 2, 0 at up to 3.7x the target's step."""
+    walking = run(policy(seed=0), None, dear_useless_drafter(), seed=0)
+    sure = run(policy(seed=0, sure_zero=True), None, dear_useless_drafter(), seed=0)
+    assert decisions(sure, 3) == [(0, 6, "warmup"), (4, 4, "warmup"), (8, 0, "warmup")]
+    assert decisions(walking, 3) == [(0, 6, "warmup"), (4, 4, "warmup"), (8, 2, "warmup")]
+    drafting = lambda result: sum(gamma > 0 for gamma in result.gammas[:100])  # noqa: E731
+    assert drafting(sure) == 8 < drafting(walking)
+    assert sure.goodput_tokens_per_ms > walking.goodput_tokens_per_ms
+
+
+def test_a_cheap_drafter_still_waits_for_the_evidence_to_stop():
+    """Where a draft costs 1% of a step (an n-gram probe verifies a token or two), the optimistic rate
+    never loses on a handful of trials: K=0 comes after evidence_to_stop trials, as without the rule."""
+    online = policy(seed=0, sure_zero=True)
+    result = run(online, None, dear_useless_drafter(draft_ms=0.4), seed=0)
+    first_zero = result.gammas.index(0)
+    assert sum(gamma > 0 for gamma in result.gammas[:first_zero]) >= online.config.evidence_to_stop
+
+
+def test_the_plausible_rate_bound_widens_on_few_trials_and_stays_a_probability():
+    assert upper_rate(0.1, 8.0, 2.0) == pytest.approx(0.452, abs=0.001)  # 0 of 8, the prior included
+    assert upper_rate(0.1, 8.0, 2.0) > upper_rate(0.1, 80.0, 2.0) > 0.1
+    assert upper_rate(0.999, 1.0, 2.0) <= 1.0
+
+
 def test_same_seed_same_choices():
     first = run(policy(seed=7), 500, batch_dependent(), seed=7)
     second = run(policy(seed=7), 500, batch_dependent(), seed=7)
@@ -330,15 +366,17 @@ def probe_under_load(online: OnlinePolicy, steps: int, drafting: int) -> list[in
     return chosen
 
 
-def test_does_not_stop_drafting_on_a_few_rejected_drafts():
+@pytest.mark.parametrize("sure_zero", [False, True])
+def test_does_not_stop_drafting_on_a_few_rejected_drafts(sure_zero):
     """A re-probe under load drafts only for the requests that arrived since the cohort began: a
     rejected draft or two must not end it (at K=0 nothing drafts, so nothing could correct it), a
-    batch's worth may."""
-    thin = probe_under_load(policy(control_interval=1, start_gamma=2), 10, drafting=1)
+    batch's worth may. With sure_zero too: here a draft costs a quarter of a step, and ten rejected
+    drafts leave a rate up to a third plausible, at which K=1 still pays."""
+    thin = probe_under_load(policy(control_interval=1, start_gamma=2, sure_zero=sure_zero), 10, drafting=1)
     assert min(thin) > 0, thin
     hasty = probe_under_load(policy(control_interval=1, start_gamma=2, evidence_to_stop=0), 10, drafting=1)
     assert hasty[-1] == 0, "without the rule the same probe ends on a few drafts (the test would prove nothing)"
-    full = probe_under_load(policy(control_interval=1, start_gamma=2), 10, drafting=8)
+    full = probe_under_load(policy(control_interval=1, start_gamma=2, sure_zero=sure_zero), 10, drafting=8)
     assert full[-1] == 0, full
 
 
@@ -426,6 +464,13 @@ def test_config_from_settings():
     assert (config.max_gamma, config.min_gamma, config.max_gamma_step, config.control_interval) == (5, 1, 3, 2)
     assert (config.hysteresis, config.window, config.exploration, config.model_guided, config.seed) == (
         0.1, 16, 0.5, False, 4)
+
+
+@pytest.mark.parametrize(("method", "sure"), [("ngram", False), ("draft", True), ("eagle", True), ("eagle3", True)])
+def test_the_sure_k0_is_for_model_drafters(method, sure):
+    from vspec_runtime.spec import AdaptiveSettings
+
+    assert OnlineConfig.from_settings(AdaptiveSettings(enabled=True), 6, method).sure_zero is sure
 
 
 def test_zero_max_gamma_always_runs_zero():

@@ -41,6 +41,10 @@ Beyond the reference, three rules keep the estimates honest at little cost:
   costs and measures again. A step's cost depends on the text too (an n-gram drafter fills its
   budget on copy and not on chat), and a stale cost that makes an arm look worse is never revisited.
 
+A fourth is for model drafters only (``sure_zero``), where every draft token is a forward of the
+drafter: K>0 goes to 0 at once, past the step limit and before ``evidence_to_stop`` trials, when K=0
+beats every K>0 even at the top of the first draft's plausible acceptance (``_drafting_surely_loses``).
+
 Guard rails: those of every policy (``Policy.choose``: decisions only every ``control_interval``
 steps of a bucket, "hold" in between, moves of at most ``max_gamma_step`` per decision, K capped by
 the caller's ``max_feasible_gamma``, "infeasible" when that changes the choice), and a switch
@@ -60,7 +64,7 @@ Decision reasons: warmup, prior (a new bucket's first K), explore (an unmeasured
 firm-up (a thin contender visited again), exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
-Size: about 560 lines, an eighth of them this explanation; what is left is the one class, whose rules
+Size: about 610 lines, an eighth of them this explanation; what is left is the one class, whose rules
 (warm-up, exploration, thin contenders, patience, forgetting, bucket priors) all read and write the same
 per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
 bucket_state, coverage).
@@ -84,6 +88,15 @@ from vspec_runtime.control.run_acceptance import RunAcceptance
 from vspec_runtime.control.window import ArmWindow, bucket_of
 
 __all__ = ["OnlineConfig", "OnlinePolicy"]
+
+
+def upper_rate(rate: float, trials: float, z: float) -> float:
+    """Upper end of a rate's plausible range, ``z`` standard errors up (Wilson's score interval,
+    which stays inside [0, 1] and sane on a handful of trials, unlike rate + z * stderr)."""
+    z2 = z * z
+    centre = rate + z2 / (2.0 * trials)
+    spread = z * math.sqrt(rate * (1.0 - rate) / trials + z2 / (4.0 * trials * trials))
+    return min(1.0, (centre + spread) / (1.0 + z2 / trials))
 
 
 class OnlinePolicy(Policy):
@@ -295,6 +308,9 @@ class OnlinePolicy(Policy):
             target, reason = self._guided_target(bucket, measured, current, low, high)
         else:
             target, reason = self._plain_target(bucket, measured, current, low, high)
+        if target == 0 < current and self._drafting_surely_loses(bucket):
+            # Every K>0 loses even if the first draft is as good as the evidence allows: go at once.
+            return Target(0, reason, bucket.rewards, step_limited=False)
         if self._stops_on_thin_evidence(current, target):
             target, reason = current, "hold"  # K=0 ends the evidence: stop drafting on enough of it
         if bucket.gamma > high and target == high:
@@ -303,6 +319,36 @@ class OnlinePolicy(Policy):
             # label also keeps them out of the warm-up count.
             reason = "infeasible"
         return Target(target, reason, bucket.rewards)
+
+    def _drafting_surely_loses(self, bucket: BucketState) -> bool:
+        """Whether K=0 beats every K>0 of this decision's estimates even with the first draft's
+        acceptance at the top of its plausible range (``noise_z`` standard errors above the rate).
+
+        ``evidence_to_stop`` asks for a fixed number of trials before K=0, because at K=0 nothing
+        drafts and nothing could correct a K=0 chosen on a few unlucky drafts. Where drafting is
+        dear that number is dear too: at batch 1 with the demo's useless 8-layer drafter each of the
+        16 trials is a step at 1.5x the target's cost, and the walk down from K=6 (a move of 2 per
+        decision) took 12 such steps. When even the optimistic rate loses, fewer trials are enough,
+        and so is one move: a drafter right 0 times in 8 is plausibly right at most 45% of the time
+        (z = 2, the prior's weight included), and K=1 loses wherever one draft costs half a step. A
+        cheap drafter (an n-gram probe costs a verified token or two) needs the rate bounded far
+        lower, so its stops still wait for the evidence. Model-guided estimates only: the plain
+        arms' rewards are no function of E[K].
+        """
+        rewards = bucket.rewards
+        zero = rewards.get(0)
+        if not (self.config.sure_zero and self.config.model_guided) or zero is None or len(rewards) < 2:
+            return False
+        rate, trials = self.acceptance.rate(1), self.acceptance.evidence(1)
+        if rate <= 0.0 or trials <= 0.0:
+            return False
+        scale = upper_rate(rate, trials, self.config.noise_z) / rate  # every draft path goes through draft 1
+        expected = self.expected_committed_curve()
+        return all(
+            reward * (1.0 + (expected[gamma] - 1.0) * scale) / expected[gamma] < zero
+            for gamma, reward in rewards.items()
+            if gamma > 0
+        )
 
     def _stops_on_thin_evidence(self, current: int, target: int) -> bool:
         """Whether this move would reach K=0 (within one step limit) on fewer acceptance trials than

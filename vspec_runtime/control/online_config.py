@@ -63,6 +63,10 @@ class OnlineConfig:
     # Right where acceptance is a property of the text (n-gram lookup copies it); from_settings sets
     # it for n-gram only.
     coverage_weighting: bool = False
+    # K>0 goes to 0 at once, past max_gamma_step and before evidence_to_stop, when even the first
+    # draft's most optimistic plausible acceptance loses to K=0 (OnlinePolicy._drafting_surely_loses):
+    # a model drafter's every trial is a dear step. from_settings sets it for model drafters only.
+    sure_zero: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -79,7 +83,8 @@ class OnlineConfig:
 
     @classmethod
     def from_settings(cls, adaptive: AdaptiveSettings, max_gamma: int, method: str = "ngram") -> OnlineConfig:
-        """``method``: the spec's drafting method (coverage weighting is for n-gram lookup only)."""
+        """``method``: the spec's drafting method (coverage weighting is for n-gram lookup only; the
+        sure K=0 for the others: model drafters)."""
         return cls(
             max_gamma=max_gamma,
             min_gamma=min(adaptive.min_gamma, max_gamma),
@@ -93,6 +98,7 @@ class OnlineConfig:
             token_costs=adaptive.token_costs,
             coverage_weighting=adaptive.coverage_weighting and method == "ngram",
             acceptance_runs=adaptive.acceptance_model == "run",
+            sure_zero=method != "ngram",
             seed=adaptive.seed,
         )
 

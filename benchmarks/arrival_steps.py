@@ -14,8 +14,8 @@ decode steps) and what it does not (the prefill). Configs:
 
     .venv/bin/python benchmarks/arrival_steps.py none ngram:1 vspec-fixed:1 --rate 4 --duration 30
 
-One engine per config, one after another (about 2.5 minutes each on a 2-core machine); a JSON file
-per config in --out with every step.
+One engine per config, one after another (about 2.5 minutes each on a 2-core machine); in --out a
+JSON file per config with every step, and the engine's log.
 """
 
 from __future__ import annotations
@@ -48,12 +48,23 @@ def main() -> None:
         run_one(args.one, args.rate, args.duration, args.out / f"{args.one.replace(':', '-')}.json")
         return
     for config in args.configs:
+        check_config(config)
+    for config in args.configs:
         # One process per engine: vLLM leaves its workers and memory to the process that made them.
         command = [sys.executable, __file__, config, "--one", config, "--rate", str(args.rate),
                    "--duration", str(args.duration), "--out", str(args.out)]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = args.out / f"{config.replace(':', '-')}.log"
+        with log.open("w") as sink:
+            if subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT).returncode:
+                raise SystemExit(f"{config}: the engine run failed; its log: {log}")
     for config in args.configs:
         summarise(config, json.loads((args.out / f"{config.replace(':', '-')}.json").read_text()))
+
+
+def check_config(config: str) -> None:
+    kind, _, gamma = config.partition(":")
+    if not (kind == "none" and not gamma or kind in ("ngram", "vspec-fixed") and gamma.isdigit() and 1 <= int(gamma) <= 6):
+        raise SystemExit(f"unknown config {config!r}: none, ngram:K or vspec-fixed:K (K in 1..6)")
 
 
 def engine_kwargs(config: str, model: str) -> dict:
@@ -72,8 +83,6 @@ def engine_kwargs(config: str, model: str) -> dict:
         os.environ.update(engine_environment(spec, tempfile.mkdtemp(prefix="vspec-arrivals-")))
         vspec = vllm_engine_kwargs(spec, model, None)
         kwargs.update(speculative_config=vspec["speculative_config"], scheduler_cls=vspec["scheduler_cls"])
-    elif kind != "none":
-        raise SystemExit(f"unknown config {config!r}: none, ngram:K or vspec-fixed:K")
     return kwargs
 
 

@@ -130,6 +130,15 @@ def test_the_cpu_build_starts_without_its_broken_aot_cache(capsys, monkeypatch):
     assert "VLLM_USE_AOT_COMPILE" not in plan(capsys, "demo")["env"]  # the user's own value stays in force
 
 
+def test_the_cpu_build_keeps_numba_off_torchs_openmp_threads(capsys, monkeypatch):
+    """vLLM's n-gram proposer runs numba's parallel loops; on OpenMP they kept the engine's other cores
+    idle (docs/benchmarks.md). vspec picks numba's own work queue unless the user chose a layer."""
+    monkeypatch.delenv("NUMBA_THREADING_LAYER", raising=False)
+    assert plan(capsys, "demo")["env"]["NUMBA_THREADING_LAYER"] == "workqueue"
+    monkeypatch.setenv("NUMBA_THREADING_LAYER", "omp")
+    assert "NUMBA_THREADING_LAYER" not in plan(capsys, "demo")["env"]
+
+
 def test_human_dry_run_prints_environment_and_a_shell_command(capsys):
     result = run_cli(capsys, "serve", "demo", "--dry-run")
     assert result.exit_code == 0

@@ -104,12 +104,20 @@ def cpu_build_environment() -> dict[str, str]:
     model twice over: a failed load, a compile, a save. Without AOT the ordinary torch.compile cache
     serves the second start (demo bench engines ready in 58 s instead of 90-109 s). Same compiled
     graph, same outputs.
+
+    NUMBA_THREADING_LAYER=workqueue: vLLM's n-gram proposer runs numba's parallel loops, whose default
+    layer on this wheel is OpenMP, beside torch's own OpenMP threads. Where the engine has more than
+    one core, that kept n-gram speculation on the speed of one: on a 2-core machine with vLLM's
+    front-end reserve off (docs/benchmarks.md), target-only ran 145 output tok/s at 4 req/s and n-gram
+    K=1 96, the same as with one core; with numba's own work queue, 147. The proposer calls numba from
+    one thread, which is all the work queue supports. With the default reserve on a 2-core machine the
+    engine has one core and nothing changes.
     """
     from vspec_runtime.vllm_entry import vllm_metadata_present
 
     if vllm_metadata_present() or importlib.util.find_spec("vllm") is None:
         return {}
-    defaults = {"VLLM_USE_AOT_COMPILE": "0"}
+    defaults = {"VLLM_USE_AOT_COMPILE": "0", "NUMBA_THREADING_LAYER": "workqueue"}
     return {name: value for name, value in defaults.items() if name not in os.environ}
 
 

@@ -332,8 +332,10 @@ class OnlinePolicy(Policy):
         and so is one move: a drafter right 0 times in 8 is plausibly right at most 45% of the time
         (z = 2, the prior's weight included), and K=1 loses wherever one draft costs half a step. A
         cheap drafter (an n-gram probe costs a verified token or two) needs the rate bounded far
-        lower, so its stops still wait for the evidence. Model-guided estimates only: the plain
-        arms' rewards are no function of E[K].
+        lower, so its stops still wait for the evidence. K=0's estimate may be a prediction (the
+        secant through the arms measured so far, as on the way down from K=6); once there, K=0 is
+        measured like any arm and the usual rules bring K>0 back. Model-guided estimates only: the
+        plain arms' rewards are no function of E[K].
         """
         rewards = bucket.rewards
         zero = rewards.get(0)

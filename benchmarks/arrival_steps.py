@@ -48,7 +48,7 @@ def main() -> None:
         run_one(args.one, args.rate, args.duration, args.out / f"{args.one.replace(':', '-')}.json")
         return
     for config in args.configs:
-        check_config(config)
+        spec_for(config)
     for config in args.configs:
         # One process per engine: vLLM leaves its workers and memory to the process that made them.
         command = [sys.executable, __file__, config, "--one", config, "--rate", str(args.rate),
@@ -61,38 +61,39 @@ def main() -> None:
         summarise(config, json.loads((args.out / f"{config.replace(':', '-')}.json").read_text()))
 
 
-def check_config(config: str) -> None:
+def spec_for(config: str):
+    """The demo preset as ``config`` runs it (a clear exit on an unknown config)."""
+    from vspec_cli.resolve import resolve_spec
+
     kind, _, gamma = config.partition(":")
-    if not (kind == "none" and not gamma or kind in ("ngram", "vspec-fixed") and gamma.isdigit() and 1 <= int(gamma) <= 6):
-        raise SystemExit(f"unknown config {config!r}: none, ngram:K or vspec-fixed:K (K in 1..6)")
+    if kind == "none" and not gamma:
+        return resolve_spec("demo", None, {}, no_speculation=True)
+    if kind in ("ngram", "vspec-fixed") and gamma.isdigit() and 1 <= int(gamma) <= 6:
+        if kind == "ngram":  # vLLM's own n-gram path: no vspec scheduler
+            return resolve_spec("demo", None, {"gamma": int(gamma), "adaptive": {"enabled": False}})
+        return resolve_spec("demo", None, {"adaptive": {"policy": "fixed", "fixed_gamma": int(gamma)}})
+    raise SystemExit(f"unknown config {config!r}: none, ngram:K or vspec-fixed:K (K in 1..6)")
 
 
-def engine_kwargs(config: str, model: str) -> dict:
-    kwargs = dict(model=model, dtype="float32", max_model_len=2048, max_num_seqs=16, gpu_memory_utilization=0.3,
-                  enable_prefix_caching=True, seed=0, async_scheduling=False)
-    kind, _, gamma = config.partition(":")
-    if kind == "ngram":
-        kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": int(gamma),
-                                        "prompt_lookup_min": 1, "prompt_lookup_max": 4}
-    elif kind == "vspec-fixed":
-        from vspec_cli.launch import vllm_engine_kwargs
-        from vspec_cli.offline_run import engine_environment
-        from vspec_cli.resolve import resolve_spec
+def engine_kwargs(spec, run_dir: str) -> dict:
+    """vLLM's keyword arguments as vspec's bench engines get them, with prefix caching on (as `vspec
+    serve` runs) and synchronous scheduling; the engine's environment goes into this process's."""
+    from vspec_cli.launch import vllm_engine_kwargs
+    from vspec_cli.offline_run import engine_environment
+    from vspec_cli.resolve import resolve_model_paths
 
-        spec = resolve_spec("demo", None, {"adaptive": {"policy": "fixed", "fixed_gamma": int(gamma)}})
-        os.environ.update(engine_environment(spec, tempfile.mkdtemp(prefix="vspec-arrivals-")))
-        vspec = vllm_engine_kwargs(spec, model, None)
-        kwargs.update(speculative_config=vspec["speculative_config"], scheduler_cls=vspec["scheduler_cls"])
-    return kwargs
+    os.environ.update(engine_environment(spec, run_dir))
+    target = resolve_model_paths(spec, strict=True).target
+    return {**vllm_engine_kwargs(spec, target, None), "enable_prefix_caching": True, "seed": 0,
+            "async_scheduling": False}
 
 
 def prompts(tokenizer) -> list[str]:
+    from vspec_cli.offline_run import _render
     from vspec_cli.workloads import load_workload
 
-    texts = [text for name in ("copy", "code", "chat") for phase in load_workload(name).phases(8, 6)
-             for text in phase.prompts]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                          add_generation_prompt=True) for text in texts]
+    return [_render(tokenizer, text, chat=True) for name in ("copy", "code", "chat")
+            for phase in load_workload(name).phases(8, 6) for text in phase.prompts]
 
 
 def arrival_times(rate: float, duration: float) -> list[float]:
@@ -103,14 +104,11 @@ def arrival_times(rate: float, duration: float) -> list[float]:
 
 
 def run_one(config: str, rate: float, duration: float, out: Path) -> None:
-    from vspec_cli.launch import cpu_build_environment
-
-    os.environ.update(cpu_build_environment())
+    kwargs = engine_kwargs(spec_for(config), tempfile.mkdtemp(prefix="vspec-arrivals-"))
     from vllm import EngineArgs, LLMEngine, SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    model = str(Path.home() / ".local/share/vspec/models/demo")
-    engine = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(config, model)))
+    engine = LLMEngine.from_engine_args(EngineArgs(**kwargs))
     texts = prompts(engine.get_tokenizer())
     engine.add_request("warm-up", texts[0], SamplingParams(temperature=0, max_tokens=8))
     while engine.has_unfinished_requests():

@@ -127,6 +127,7 @@ def test_doctor_passes_on_this_machine(capsys):
     env = report["environment"]
     assert env["vllm"]["version"] == TESTED_VLLM and statuses["vllm version"] == "ok"
     assert env["platform"] == "cpu" and env["torch"]
+    assert doctor_checks.CPU_CORES_CHECK in statuses
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
 
 
@@ -135,6 +136,19 @@ def test_doctor_runs_the_sampling_check_on_the_real_cpu_kernel():
     check = doctor_checks.sampling_check()
     assert check.name == doctor_checks.SAMPLING_CHECK and check.status == "ok", check.reason
     assert "drops float outputs" in check.reason and "fixes it" in check.reason
+
+
+def test_doctor_says_how_many_cores_the_model_gets_on_cpu():
+    """On a 2-core host vLLM would keep one core from the model; doctor says vspec gives it both, warns
+    when the user's own reserve halves a small host, and leaves bigger hosts to vLLM."""
+    small = doctor_checks.cpu_cores_check(cpus=2, environ={})
+    assert small.status == "ok" and "runs on 2 of 2" in small.reason and "vspec" in small.reason
+    halved = doctor_checks.cpu_cores_check(cpus=2, environ={"VLLM_CPU_NUM_OF_RESERVED_CPU": "1"})
+    assert halved.status == "warn" and "runs on 1 of 2" in halved.reason and "unset" in halved.reason
+    big = doctor_checks.cpu_cores_check(cpus=16, environ={})
+    assert big.status == "ok" and "runs on 15 of 16" in big.reason and "vLLM keeps one" in big.reason
+    typo = doctor_checks.cpu_cores_check(cpus=2, environ={"VLLM_CPU_NUM_OF_RESERVED_CPU": "one"})
+    assert typo.status == "warn" and "not a whole number" in typo.reason
 
 
 def test_method_and_adaptive_choose_the_symbols_that_matter():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -137,6 +138,20 @@ def test_the_cpu_build_keeps_numba_off_torchs_openmp_threads(capsys, monkeypatch
     assert plan(capsys, "demo")["env"]["NUMBA_THREADING_LAYER"] == "workqueue"
     monkeypatch.setenv("NUMBA_THREADING_LAYER", "omp")
     assert "NUMBA_THREADING_LAYER" not in plan(capsys, "demo")["env"]
+
+
+@pytest.mark.parametrize("cpus, reserve", [(1, "0"), (2, "0"), (3, None), (16, None)])
+def test_the_cpu_build_gives_the_model_every_core_on_small_hosts(capsys, monkeypatch, cpus, reserve):
+    """vLLM's CPU build keeps one core away from the model for its scheduler process; on a 2-core host
+    that halves the model's speed (docs/benchmarks.md). vspec turns the reserve off at 2 usable CPUs or
+    fewer, leaves vLLM's default on bigger hosts, and never overrides the user's own value."""
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    result = run_cli(capsys, "serve", "demo", "--dry-run", "--json")
+    assert json.loads(result.stdout)["env"].get("VLLM_CPU_NUM_OF_RESERVED_CPU") == reserve
+    assert ("VLLM_CPU_NUM_OF_RESERVED_CPU=0" in result.stderr) == (reserve == "0")  # says why vLLM will warn
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in plan(capsys, "demo")["env"]
 
 
 def test_human_dry_run_prints_environment_and_a_shell_command(capsys):

@@ -267,6 +267,37 @@ def extension_checks(extensions: list, surface: tuple[vllm_surface.Sym, ...] = v
     return [_extension_check(extension, surface, import_module) for extension in extensions]
 
 
+CPU_CORES_CHECK = "cpu cores"
+
+
+def cpu_cores_check(cpus: Optional[int] = None, environ: Optional[dict[str, str]] = None) -> Check:
+    """How many of the host's CPUs the model gets under vLLM's CPU build (one worker process).
+
+    vLLM keeps one core for its scheduler process unless ``VLLM_CPU_NUM_OF_RESERVED_CPU`` says
+    otherwise; vspec sets it to 0 on hosts of 2 CPUs or fewer (vspec_cli/launch.py,
+    ``front_end_reserve``). A user's own value wins; one that leaves the model half a small host warns."""
+    from vspec_cli.launch import RESERVE_VARIABLE, front_end_reserve, usable_cpus
+
+    cpus = usable_cpus() if cpus is None else cpus
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(RESERVE_VARIABLE)
+    if chosen is None:
+        vspec_reserve = front_end_reserve(cpus)
+        reserve, source = (int(vspec_reserve), f"vspec turns vLLM's reserve off on hosts this small") \
+            if vspec_reserve is not None else (1, "vLLM keeps one for its scheduler process")
+    else:
+        try:
+            reserve, source = int(chosen), f"{RESERVE_VARIABLE}={chosen} in your environment"
+        except ValueError:
+            return Check(CPU_CORES_CHECK, "warn", f"{RESERVE_VARIABLE}={chosen!r} is not a whole number; vLLM will fail to start")
+    model = max(cpus - reserve, 1)
+    reason = f"the model runs on {model} of {cpus} usable CPUs ({source})"
+    if chosen is not None and front_end_reserve(cpus) is not None and model < cpus:
+        return Check(CPU_CORES_CHECK, "warn", reason + f"; on a host this small unset {RESERVE_VARIABLE} to give it every "
+                     "core (about 1.5x the output tok/s here, docs/benchmarks.md)")
+    return Check(CPU_CORES_CHECK, "ok", reason)
+
+
 def _extension_check(extension, surface, import_module) -> Check:
     from vspec_runtime.patches import symbols_of
 
@@ -340,6 +371,8 @@ def _checks(method, adaptive, surface, import_module, probe, extensions) -> Repo
     report.checks.extend(extension_checks(extensions, surface, import_module))
     if environment["platform"] == "cpu" and method != "none":
         report.checks.append(sampling_check())
+    if environment["platform"] == "cpu":
+        report.checks.append(cpu_cores_check())
     report.checks.append(_entry_point_check())
     if probe is not None:
         report.checks.append(finish_plugin_probe(probe))

@@ -110,15 +110,45 @@ def cpu_build_environment() -> dict[str, str]:
     one core, that kept n-gram speculation on the speed of one: on a 2-core machine with vLLM's
     front-end reserve off (docs/benchmarks.md), target-only ran 145 output tok/s at 4 req/s and n-gram
     K=1 96, the same as with one core; with numba's own work queue, 147. The proposer calls numba from
-    one thread, which is all the work queue supports. With the default reserve on a 2-core machine the
-    engine has one core and nothing changes.
+    one thread, which is all the work queue supports.
+
+    VLLM_CPU_NUM_OF_RESERVED_CPU=0 on small hosts: see ``front_end_reserve``.
     """
     from vspec_runtime.vllm_entry import vllm_metadata_present
 
     if vllm_metadata_present() or importlib.util.find_spec("vllm") is None:
         return {}
     defaults = {"VLLM_USE_AOT_COMPILE": "0", "NUMBA_THREADING_LAYER": "workqueue"}
+    reserve = front_end_reserve(usable_cpus())
+    if reserve is not None:
+        defaults[RESERVE_VARIABLE] = reserve
     return {name: value for name, value in defaults.items() if name not in os.environ}
+
+
+RESERVE_VARIABLE = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+# At or below this many usable CPUs vspec gives the model every core (``front_end_reserve``).
+SMALL_CPU_HOST = 2
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def front_end_reserve(cpus: int) -> Optional[str]:
+    """``VLLM_CPU_NUM_OF_RESERVED_CPU`` for a host with ``cpus`` usable CPUs, or None for vLLM's default.
+
+    vLLM's CPU build binds the model's OpenMP threads to every core but one, which it keeps for the
+    engine-core scheduler process. On a 2-core host that halves the model: measured here
+    (docs/benchmarks.md, "The CPU core vLLM reserves"), target-only ran 145 output tok/s at 4 req/s
+    with the reserve off against 93 with it, and the reference bench ran every cell faster, while the
+    scheduler process, the API server and the client together used well under a tenth of a core. So on
+    hosts with ``SMALL_CPU_HOST`` CPUs or fewer vspec turns the reserve off (vLLM then logs that it
+    is below its minimum); on bigger hosts one core of several is a fair price and vLLM decides."""
+    return "0" if cpus <= SMALL_CPU_HOST else None
 
 
 def device_environment(device: Optional[str]) -> dict[str, str]:
@@ -222,4 +252,7 @@ def build_launch(
 
     env = {"VSPEC_SPEC": spec.to_json(), **cpu_build_environment(), **device_environment(serving.device),
            **parallel_environment(serving.device, parse_layout(tuple(serving.extra_args) + tuple(vllm_args)))}
+    if env.get(RESERVE_VARIABLE) == "0":
+        notes.append(f"{RESERVE_VARIABLE}=0: on this {usable_cpus()}-CPU host the model gets every core, where vLLM "
+                     "would keep one for its scheduler process (it will warn that 0 is below its minimum)")
     return LaunchPlan(argv=argv, env=env, notes=notes)

@@ -294,7 +294,7 @@ def cpu_cores_check(cpus: Optional[int] = None, environ: Optional[dict[str, str]
     reason = f"the model runs on {model} of {cpus} usable CPUs ({source})"
     if chosen is not None and front_end_reserve(cpus) is not None and model < cpus:
         return Check(CPU_CORES_CHECK, "warn", reason + f"; on a host this small unset {RESERVE_VARIABLE} to give it every "
-                     "core (about 1.5x the output tok/s here, docs/benchmarks.md)")
+                     "core (1.1-1.7x the demo's output tok/s on a 2-core host, docs/benchmarks.md)")
     return Check(CPU_CORES_CHECK, "ok", reason)
 
 

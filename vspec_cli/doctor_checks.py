@@ -283,7 +283,7 @@ def cpu_cores_check(cpus: Optional[int] = None, environ: Optional[dict[str, str]
     chosen = environ.get(RESERVE_VARIABLE)
     if chosen is None:
         vspec_reserve = front_end_reserve(cpus)
-        reserve, source = (int(vspec_reserve), f"vspec turns vLLM's reserve off on hosts this small") \
+        reserve, source = (int(vspec_reserve), "vspec turns vLLM's reserve off on hosts this small") \
             if vspec_reserve is not None else (1, "vLLM keeps one for its scheduler process")
     else:
         try:

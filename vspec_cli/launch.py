@@ -144,7 +144,7 @@ def front_end_reserve(cpus: int) -> Optional[str]:
     vLLM's CPU build runs the model in a worker process and binds its OpenMP threads to every core but
     one, which it keeps for the engine-core (scheduler) process. On a 2-core host that halves the model:
     measured here (docs/benchmarks.md, runs 21-23), the demo's reference bench ran every cell faster
-    with the reserve off, by 1.1x at batch 1 on chat to 1.8x at batch 8 on copy, every output equal,
+    with the reserve off, by 1.1x at batch 1 on chat to 1.7x at batch 8 on copy, every output equal,
     and the engine alone at 4 req/s ran 145 output tok/s against 93. So on hosts with
     ``SMALL_CPU_HOST`` CPUs or fewer vspec turns the reserve off (vLLM then logs that it is below its
     minimum); on bigger hosts one core of several is a fair price, untested here, and vLLM decides."""

@@ -276,9 +276,10 @@ def cpu_cores_check(cpus: Optional[int] = None, environ: Optional[dict[str, str]
     vLLM keeps one core for its scheduler process unless ``VLLM_CPU_NUM_OF_RESERVED_CPU`` says
     otherwise; vspec sets it to 0 on hosts of 2 CPUs or fewer (vspec_cli/launch.py,
     ``front_end_reserve``). A user's own value wins; one that leaves the model half a small host warns."""
-    from vspec_cli.launch import RESERVE_VARIABLE, front_end_reserve, usable_cpus
+    from vspec_cli.launch import RESERVE_VARIABLE, front_end_reserve
+    from vspec_cli.parallel_layout import cpu_cores
 
-    cpus = usable_cpus() if cpus is None else cpus
+    cpus = cpu_cores() if cpus is None else cpus
     environ = os.environ if environ is None else environ
     chosen = environ.get(RESERVE_VARIABLE)
     if chosen is None:

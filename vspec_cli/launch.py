@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from vspec_cli.parallel_layout import ParallelLayout, cpu_binding, parse_layout, runs_on_cpu
+from vspec_cli.parallel_layout import ParallelLayout, cpu_binding, cpu_cores, parse_layout, runs_on_cpu
 from vspec_runtime.spec import RuntimeSpec
 
 SCHEDULER_CLS = "vspec_runtime.scheduler.AdaptiveScheduler"
@@ -119,7 +119,7 @@ def cpu_build_environment() -> dict[str, str]:
     if vllm_metadata_present() or importlib.util.find_spec("vllm") is None:
         return {}
     defaults = {"VLLM_USE_AOT_COMPILE": "0", "NUMBA_THREADING_LAYER": "workqueue"}
-    reserve = front_end_reserve(usable_cpus())
+    reserve = front_end_reserve(cpu_cores())
     if reserve is not None:
         defaults[RESERVE_VARIABLE] = reserve
     return {name: value for name, value in defaults.items() if name not in os.environ}
@@ -128,14 +128,6 @@ def cpu_build_environment() -> dict[str, str]:
 RESERVE_VARIABLE = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 # At or below this many usable CPUs vspec gives the model every core (``front_end_reserve``).
 SMALL_CPU_HOST = 2
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, which a container's cpuset narrows)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def front_end_reserve(cpus: int) -> Optional[str]:
@@ -253,6 +245,6 @@ def build_launch(
     env = {"VSPEC_SPEC": spec.to_json(), **cpu_build_environment(), **device_environment(serving.device),
            **parallel_environment(serving.device, parse_layout(tuple(serving.extra_args) + tuple(vllm_args)))}
     if env.get(RESERVE_VARIABLE) == "0":
-        notes.append(f"{RESERVE_VARIABLE}=0: on this {usable_cpus()}-CPU host the model gets every core, where vLLM "
+        notes.append(f"{RESERVE_VARIABLE}=0: on this {cpu_cores()}-CPU host the model gets every core, where vLLM "
                      "would keep one for its scheduler process (it will warn that 0 is below its minimum)")
     return LaunchPlan(argv=argv, env=env, notes=notes)

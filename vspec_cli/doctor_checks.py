@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from vspec_cli.parallel_layout import cpu_cores, runs_on_cpu
 from vspec_runtime import SUPPORTED_VLLM, TESTED_VLLM, __version__, vllm_surface
 
 PLUGIN_GROUP = "vllm.general_plugins"
@@ -277,7 +278,6 @@ def cpu_cores_check(cpus: Optional[int] = None, environ: Optional[dict[str, str]
     otherwise; vspec sets it to 0 on hosts of 2 CPUs or fewer (vspec_cli/launch.py,
     ``front_end_reserve``). A user's own value wins; one that leaves the model half a small host warns."""
     from vspec_cli.launch import RESERVE_VARIABLE, front_end_reserve
-    from vspec_cli.parallel_layout import cpu_cores
 
     cpus = cpu_cores() if cpus is None else cpus
     environ = os.environ if environ is None else environ
@@ -372,8 +372,8 @@ def _checks(method, adaptive, surface, import_module, probe, extensions) -> Repo
     report.checks.extend(extension_checks(extensions, surface, import_module))
     if environment["platform"] == "cpu" and method != "none":
         report.checks.append(sampling_check())
-    if environment["platform"] == "cpu":
-        report.checks.append(cpu_cores_check())
+    if environment["platform"] == "cpu" and runs_on_cpu(None):
+        report.checks.append(cpu_cores_check())  # vLLM's CPU wheel: the one vspec sets the reserve for
     report.checks.append(_entry_point_check())
     if probe is not None:
         report.checks.append(finish_plugin_probe(probe))

@@ -114,9 +114,7 @@ def cpu_build_environment() -> dict[str, str]:
 
     VLLM_CPU_NUM_OF_RESERVED_CPU=0 on small hosts: see ``front_end_reserve``.
     """
-    from vspec_runtime.vllm_entry import vllm_metadata_present
-
-    if vllm_metadata_present() or importlib.util.find_spec("vllm") is None:
+    if not runs_on_cpu(None):  # vLLM's CPU wheel only
         return {}
     defaults = {"VLLM_USE_AOT_COMPILE": "0", "NUMBA_THREADING_LAYER": "workqueue"}
     reserve = front_end_reserve(cpu_cores())

@@ -150,14 +150,15 @@ def test_greedy_output_identical_to_target_only(speculative_run, target_only, me
 
 
 @pytest.mark.parametrize(("method", "mode", "line"), [
-    ("ngram", "changing-k", "a step without drafts was sampled without the rejection sampler"),
     ("draft", "changing-k", "a step without drafts was sampled without the rejection sampler"),
     ("draft", "reprobe", "the model drafter was skipped in a K=0 decode step"),
     ("draft", "reprobe-no-prefix-cache", "the model drafter was skipped in a K=0 step with prompt tokens"),
+    ("ngram", "changing-k", "a step without drafts prepared its inputs without spec-decode metadata"),
+    ("draft", "reprobe", "a step without drafts prepared its inputs without spec-decode metadata"),
 ])
 def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
-    """Steps at K=0 skip the rejection sampler (and the n-gram drafter; a model drafter under sticky
-    K=0); the worker says so once. The outputs of these engines equal target-only's (above)."""
+    """Steps at K=0 skip the rejection sampler and the spec-decode metadata (and the n-gram drafter; a
+    model drafter under sticky K=0); the worker says so once. The outputs of these engines equal target-only's (above)."""
     result = speculative_run(method, mode)
     assert any(step["gamma"] == 0 for step in result["trace"]), "K was never 0"
     assert result["stderr"].count(f"vspec patch k0-fast-path live: {line}") == 1

@@ -449,7 +449,7 @@ def test_the_k0_fast_path_skips_a_model_drafter_only_under_sync_scheduling(async
     propose = k0_fast_path._make_propose(lambda runner, output, sampled, *rest: ran.append(output) or "drafted",
                                          skip_model_drafters=True)
     runner = SimpleNamespace(speculative_config=SimpleNamespace(method="eagle"), use_async_scheduling=asynchronous,
-                             input_batch=SimpleNamespace(req_ids=["a"]), device="cpu",
+                             input_batch=SimpleNamespace(req_ids=["a"]),
                              cache_config=SimpleNamespace(enable_prefix_caching=True))
     k0_decode = SimpleNamespace(num_spec_tokens_to_schedule=0, scheduled_new_reqs=[], preempted_req_ids=None,
                                 num_scheduled_tokens={"a": 1}, scheduled_spec_decode_tokens={},
@@ -460,7 +460,7 @@ def test_the_k0_fast_path_skips_a_model_drafter_only_under_sync_scheduling(async
         assert result == "drafted" and ran, "vLLM's own K=0 pass ran"
         assert any("--no-async-scheduling" in r.getMessage() for r in caplog.records)
     else:
-        assert not ran and tuple(result.shape) == (1, 0)
+        assert not ran and result == [[]]
 
 
 @pytest.mark.parametrize("prefix_caching", [True, False])
@@ -477,7 +477,7 @@ def test_the_k0_fast_path_skips_a_prompt_step_drafter_pass_only_without_prefix_c
     propose = k0_fast_path._make_propose(lambda runner, output, sampled, *rest: ran.append(output) or "drafted",
                                          skip_model_drafters=True)
     runner = SimpleNamespace(speculative_config=SimpleNamespace(method="draft_model"), use_async_scheduling=False,
-                             input_batch=SimpleNamespace(req_ids=["a", "b"]), device="cpu",
+                             input_batch=SimpleNamespace(req_ids=["a", "b"]),
                              cache_config=SimpleNamespace(enable_prefix_caching=prefix_caching))
     k0_prompt = SimpleNamespace(num_spec_tokens_to_schedule=0, scheduled_new_reqs=[SimpleNamespace(req_id="b")],
                                 preempted_req_ids=None, num_scheduled_tokens={"a": 1, "b": 12},
@@ -487,5 +487,38 @@ def test_the_k0_fast_path_skips_a_prompt_step_drafter_pass_only_without_prefix_c
         assert result == "drafted" and ran, "the drafter's prompt pass was skipped under prefix caching"
         assert not getattr(runner, k0_fast_path.STALE)
     else:
-        assert not ran and tuple(result.shape) == (2, 0)
+        assert not ran and result == [[], []]
         assert getattr(runner, k0_fast_path.STALE) == {"a", "b"}
+
+
+@pytest.mark.parametrize(("method", "drafts", "next_k", "asynchronous", "recurrent", "plain"), [
+    ("ngram", {}, 3, False, False, True),           # n-gram reads no metadata, whatever K comes next
+    ("ngram", {"a": [TOKEN]}, 3, False, False, False),  # drafts to verify: the rejection sampler needs it
+    ("draft_model", {}, 0, False, False, True),     # sticky K=0: the drafter's pass is skipped
+    ("draft_model", {}, 2, False, False, False),    # K comes back: the drafter runs on vLLM's metadata
+    ("draft_model", {}, 0, True, False, False),     # async: the drafter runs, so does vLLM's path
+    ("ngram", {}, 0, False, True, False),           # recurrent state reads vLLM's per-request draft counts
+])
+def test_the_k0_fast_path_prepares_inputs_without_spec_metadata_only_when_nothing_reads_it(
+        method, drafts, next_k, asynchronous, recurrent, plain, monkeypatch):
+    """vLLM takes its speculative branch while the runner has a speculative config: the fast path hides
+    it for one call when the step verifies no drafts and its drafter reads no metadata."""
+    from types import SimpleNamespace
+
+    from vspec_runtime.patches import k0_fast_path
+
+    monkeypatch.setattr(k0_fast_path, "_announced", set())
+    config = SimpleNamespace(method=method)
+    seen = []
+    prepare = k0_fast_path._make_prepare_inputs(
+        lambda runner, output, counts: seen.append(runner.speculative_config) or "prepared", skip_model_drafters=True)
+    runner = SimpleNamespace(speculative_config=config, use_async_scheduling=asynchronous,
+                             model_config=SimpleNamespace(has_inner_state=recurrent),
+                             cache_config=SimpleNamespace(enable_prefix_caching=True))
+    step = SimpleNamespace(num_spec_tokens_to_schedule=next_k, scheduled_new_reqs=[], preempted_req_ids=None,
+                           num_scheduled_tokens={"a": 1 + len(drafts.get("a", []))},
+                           scheduled_spec_decode_tokens=drafts, finished_req_ids=set())
+
+    assert prepare(runner, step, None) == "prepared"
+    assert seen == [None if plain else config]
+    assert runner.speculative_config is config, "the runner's config was not put back"

@@ -122,7 +122,7 @@ REGISTRY: tuple[Extension, ...] = (
               "install_generated_counts", _relaxed_after_tokens, "tokens generated per request, for the gate",
               "relaxed acceptance with relaxed.after_tokens > 0", "GENERATED_SYMBOLS"),
     Extension("k0-fast-path", "patch", "vspec_runtime.patches.k0_fast_path", "install", _adaptive,
-              "K=0 steps skip the rejection sampler and the n-gram drafter: target-only cost", "adaptive K (adaptive.enabled)"),
+              "K=0 steps skip the rejection sampler, spec-decode metadata and the drafter: target-only cost", "adaptive K (adaptive.enabled)"),
     Extension("dp-dynamic-k", "patch", "vspec_runtime.patches.dp_dynamic_k", "install", _adaptive,
               "vLLM drops per-step K under data parallelism; dense models' DP ranks are independent and keep it",
               "adaptive K (adaptive.enabled)"),

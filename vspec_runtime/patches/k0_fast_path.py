@@ -8,14 +8,26 @@ the rejection sampler with zero drafts (its bonus-token sampler plus the empty r
 tokens (0.11 s), vspec's own per-step work (0.1 s, mostly the metrics snapshot) and the
 speculative input preparation (0.1 s).
 
-How: wrappers on the model runner, ``_sample``, ``propose_draft_token_ids`` and ``take_draft_token_ids``:
+How: wrappers on the model runner, ``_prepare_inputs``, ``_sample``, ``propose_draft_token_ids`` and
+``take_draft_token_ids``:
 
+``_prepare_inputs``: when the step verifies no drafts (``scheduled_spec_decode_tokens`` empty) and its
+  drafter reads no spec-decode metadata (the n-gram drafter, or a model drafter this step skips, below),
+  vLLM's inputs are prepared as without speculation: the same logits rows (each request's last token)
+  and no ``SpecDecodeMetadata``, whose index arithmetic and five host-to-device copies (profiled at 0.04 s
+  of the 288 steps, about 15% of K=0's remaining per-step Python) buy nothing at zero drafts. vLLM picks
+  its branch by ``speculative_config is not None``, so the wrapper hides the runner's config for that
+  one call. Not for models with recurrent state (Mamba, GDN: ``model_config.has_inner_state``): their
+  attention builders read the per-request draft counts that branch writes.
 ``_sample``: when no request of the step has drafts (``SpecDecodeMetadata.num_draft_tokens`` all 0), the
   plain sampler runs instead of the rejection sampler. With zero drafts the rejection sampler only
   samples the bonus token with the same sampler on the same logits (the spec-token list it merges
   for penalties is empty), and its output has the same shape ([requests, 1]): the same tokens for
-  greedy requests, the same distribution for sampled ones. It also helps at K>0 when no request
-  found a draft (n-gram drafting on text without repeats).
+  greedy requests, the same distribution for sampled ones. It serves the steps without drafts that
+  ``_prepare_inputs`` (above) leaves on vLLM's speculative path: a model drafter's pass runs (K comes
+  back next step, ``gamma0_mode = "sync"``, a prompt step under prefix caching) or the model has
+  recurrent state. With n-gram drafting every such step, K=0 or not (text without repeats), takes
+  the plain path before it.
 ``propose_draft_token_ids`` with the n-gram drafter at K=0: the drafter is
   not asked: every request gets an empty draft list, which is what it returns at K=0. The n-gram
   drafter keeps no state between steps, so nothing has to catch up when K comes back.
@@ -65,8 +77,6 @@ from __future__ import annotations
 import logging
 from types import ModuleType
 
-import torch
-
 from vspec_runtime import vllm_adapter
 from vspec_runtime.control.sticky import skips_drafter
 from vspec_runtime.patches import _base, _hooks
@@ -78,12 +88,14 @@ TARGET_MODULE = "vllm.v1.worker.gpu_model_runner"
 _RUNNER = f"{TARGET_MODULE}:GPUModelRunner"
 SYMBOLS = (
     f"{_RUNNER}._sample",
+    f"{_RUNNER}._prepare_inputs",
+    f"{_RUNNER}.model_config",
+    "vllm.config.model:ModelConfig.has_inner_state",
     f"{_RUNNER}.propose_draft_token_ids",
     f"{_RUNNER}.speculative_config",
     "vllm.v1.spec_decode.metadata:SpecDecodeMetadata.num_draft_tokens",
     "vllm.v1.core.sched.output:SchedulerOutput.num_spec_tokens_to_schedule",
     "vllm.config.speculative:SpeculativeConfig.method",
-    f"{_RUNNER}.device",
     f"{_RUNNER}.use_async_scheduling",
     f"{_RUNNER}.cache_config",
     "vllm.config.cache:CacheConfig.enable_prefix_caching",
@@ -112,10 +124,12 @@ def apply(module: ModuleType, skip_model_drafters: bool = True) -> bool:
     _base.check_symbols(NAME, SYMBOLS)
     runner = module.GPUModelRunner
     sampled = _base.patch_attribute(runner, "_sample", NAME, _make_sample)
+    prepared = _base.patch_attribute(runner, "_prepare_inputs", NAME,
+                                     lambda original: _make_prepare_inputs(original, skip_model_drafters))
     proposed = _base.patch_attribute(runner, "propose_draft_token_ids", NAME,
                                      lambda original: _make_propose(original, skip_model_drafters))
     taken = _base.patch_attribute(runner, "take_draft_token_ids", NAME, _make_take)
-    return sampled or proposed or taken
+    return sampled or prepared or proposed or taken
 
 
 _announced: set[str] = set()  # one log line per path and process, the first time a step takes it
@@ -137,6 +151,36 @@ def _make_sample(original):
     return _sample
 
 
+def _make_prepare_inputs(original, skip_model_drafters: bool):
+    def _prepare_inputs(self, scheduler_output, *args, **kwargs):
+        if (scheduler_output.scheduled_spec_decode_tokens or self.model_config.has_inner_state
+                or not _drafter_reads_no_metadata(self, scheduler_output, skip_model_drafters)):
+            return original(self, scheduler_output, *args, **kwargs)
+        speculative_config = self.speculative_config
+        self.speculative_config = None  # vLLM's test for its speculative branch (see the module docstring)
+        try:
+            prepared = original(self, scheduler_output, *args, **kwargs)
+        finally:
+            self.speculative_config = speculative_config
+        _announce("a step without drafts prepared its inputs without spec-decode metadata")
+        return prepared
+
+    return _prepare_inputs
+
+
+def _drafter_reads_no_metadata(runner, scheduler_output, skip_model_drafters: bool) -> bool:
+    """The step's drafter does not read its ``SpecDecodeMetadata``: n-gram, or a model drafter skipped."""
+    if runner.speculative_config.method in STATELESS_METHODS:
+        return True
+    return skip_model_drafters and _skips_model_drafter(runner, scheduler_output)
+
+
+def _skips_model_drafter(runner, scheduler_output) -> bool:
+    """Whether this step's model drafter pass is skipped (sticky K=0; the module docstring)."""
+    return (scheduler_output.num_spec_tokens_to_schedule == 0 and _may_skip_drafter(runner)
+            and _drafter_skippable(runner, scheduler_output))
+
+
 # On the runner: ids of the requests whose drafter cache missed a step (see the module docstring).
 STALE = "_vspec_stale_drafter"
 
@@ -147,11 +191,11 @@ def _make_propose(original, skip_model_drafters: bool):
         if scheduler_output.num_spec_tokens_to_schedule == 0:
             if self.speculative_config.method in STATELESS_METHODS:
                 return [[] for _ in sampled_token_ids]
-            if skip_model_drafters and _may_skip_drafter(self) and _drafter_skippable(self, scheduler_output):
+            if skip_model_drafters and _skips_model_drafter(self, scheduler_output):
                 stale.update(self.input_batch.req_ids)
-                # What the model drafters return at K=0 after their forward pass: no drafts.
-                return torch.empty(len(scheduler_output.num_scheduled_tokens), 0, dtype=torch.int64,
-                                   device=self.device)
+                # No drafts, as a list (what the n-gram drafter returns): vLLM then copies nothing from
+                # the device and hands the scheduler these lists as they are.
+                return [[] for _ in self.input_batch.req_ids]
         return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
 
     return propose_draft_token_ids

@@ -4,6 +4,7 @@ Runs the demo preset (SmolLM2, n-gram drafter, or ``--drafter PATH`` as a draft 
 demo-eagle`` for the EAGLE-3 head) with one of:
   target-only   no drafter, no speculative config, no vspec scheduler;
   k0            the n-gram drafter loaded, vspec's scheduler forced to K=0 (``table:1=0``);
+  online        the same engine under the online controller (what its per-step work costs);
 and profiles the engine step loop (scheduler + model runner + drafter, all in this process because
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) over ROUNDS batches of the chosen workload after one
 warm-up batch. cProfile slows Python-heavy code more than torch kernels, so read its shares as
@@ -35,6 +36,8 @@ BUCKETS = {
     "scheduler.schedule": ("scheduler.py", "schedule"),
     "scheduler.update_from_output": ("scheduler.py", "update_from_output"),
     "model forward (execute_model)": ("gpu_model_runner.py", "execute_model"),
+    "target forward": ("gpu_model_runner.py", "_model_forward"),
+    "target logits": ("llama.py", "compute_logits"),
     "sample_tokens": ("gpu_model_runner.py", "sample_tokens"),
     "drafter propose (runner)": ("gpu_model_runner.py", "propose_draft_token_ids"),
     "eagle/draft propose": ("llm_base_proposer.py", "propose"),
@@ -57,7 +60,7 @@ def build_request(mode: str, workload: str, batch: int, rounds: int, max_tokens:
     from vspec_cli.workloads import load_workload
 
     base = resolve_spec(preset, None, {"method": "draft", "drafter": drafter} if drafter else {})
-    policy = parse_policies("target-only" if mode == "target-only" else "table:1=0")[0]
+    policy = parse_policies({"target-only": "target-only", "k0": "table:1=0", "online": "online"}[mode])[0]
     spec = policy_spec(base, policy)
     paths = resolve_model_paths(spec, strict=True)
     phases = load_workload(workload).phases(batch, rounds + 1)
@@ -67,6 +70,12 @@ def build_request(mode: str, workload: str, batch: int, rounds: int, max_tokens:
                    for p in phases],
         "warmup": True, "chat": True, "prefix_caching": False,
     }
+
+
+def step_count(stats: pstats.Stats) -> int:
+    """Engine steps profiled (calls of EngineCore.step)."""
+    return max((calls for (filename, _line, name), (_cc, calls, *_rest) in stats.stats.items()
+                if filename.endswith("core.py") and name == "step"), default=0)
 
 
 def bucket_times(stats: pstats.Stats) -> dict[str, float]:
@@ -82,7 +91,7 @@ def bucket_times(stats: pstats.Stats) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["target-only", "k0"])
+    parser.add_argument("mode", choices=["target-only", "k0", "online"])
     parser.add_argument("--workload", default="chat")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
@@ -113,8 +122,13 @@ def main() -> None:
     profiler.dump_stats(out / f"{name}.pstats")
     stats = pstats.Stats(profiler)
     buckets = bucket_times(stats)
+    steps = step_count(stats)
+    # What a step costs around the target's forward and logits (which run the same kernels in every
+    # mode and swing +-4% from run to run): the per-step Python that K=0 should not add.
+    around = buckets["engine step (total)"] - buckets["target forward"] - buckets["target logits"]
     summary = {"mode": args.mode, "cell": f"{args.workload}@{args.batch}", "tokens": tokens,
-               "elapsed_s": round(elapsed, 3), "tok_per_s": round(tokens / elapsed, 2),
+               "elapsed_s": round(elapsed, 3), "tok_per_s": round(tokens / elapsed, 2), "steps": steps,
+               "around_forward_ms_per_step": round(1000 * around / max(steps, 1), 2),
                "buckets_s": {k: round(v, 3) for k, v in buckets.items()}}
     (out / f"{name}.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))

@@ -491,3 +491,31 @@ def test_acceptance_counts_an_unfilled_budget_as_failures():
         policy.observe(StepFeedback(batch_size=2, gamma=4, drafted=(4,), accepted=(4,), interval_ms=10.0, stable=True))
     expected = policy.acceptance.expected_committed_curve()
     assert expected[4] == pytest.approx(3.0, abs=0.15)  # 1 + 0.5 * 4, not the 5 of the drafts made
+
+
+def test_a_firm_up_that_cannot_be_measured_is_not_repeated_until_the_bucket_measures_again():
+    """A firm-up drafts in a step that may yield no cost sample (it admits requests, or its drafts are
+    verified in another bucket's step): on the offline bench every batch-8 round began with its first
+    request alone, and the batch-1 bucket firmed up K=1 there round after round, each time a drafter
+    pass and no sample. Each arm's visit is made once; once steps are measured again, so are visits."""
+    batch = near_tie().batches[0][1]
+    firm_up_steps = [step for step, reason in enumerate(run(policy(seed=0), None, near_tie(), seed=0).reasons)
+                     if reason == "firm-up"]
+    assert firm_up_steps
+    online = policy(seed=0)
+    run(online, firm_up_steps[0], near_tie(), seed=0)  # the state just before the first firm-up
+
+    def unmeasured_firm_ups(steps: int) -> list[int]:
+        visited = []
+        for _ in range(steps):
+            decision = online.choose(batch, 6)
+            if decision.reason == "firm-up":
+                visited.append(decision.gamma)
+            online.observe(feedback(batch, decision.gamma, accepted=decision.gamma, stable=False))
+        return visited
+
+    unmeasured = unmeasured_firm_ups(40 * online.rules.control_interval)
+    assert unmeasured, "the near tie is firmed up"
+    assert len(unmeasured) == len(set(unmeasured)), f"a firm-up nobody measured was repeated: {unmeasured}"
+    measured = run(online, 200, near_tie(), seed=0)  # the simulator's steps are measured
+    assert "firm-up" in measured.reasons, "measured steps did not make the thin arms contenders again"

@@ -39,6 +39,7 @@ class BucketState(BucketK):
         "challenger_streak",
         "recent_costs",
         "cost_line",
+        "firmed_up_at",
     )
 
     def __init__(self, key: int, gamma: int, neighbour: BucketState | None) -> None:
@@ -59,6 +60,9 @@ class BucketState(BucketK):
         # Cost per request against tokens verified per request, over the latest steps of any K > 0: what
         # the online policy prices arms with when ``token_costs`` is on (``OnlinePolicy._arm_costs``).
         self.cost_line = _new_cost_line()
+        # ``samples`` when each arm was last firmed up: a firm-up that no cost sample of this bucket
+        # followed is not repeated until one does (``OnlinePolicy._unsure_contenders``).
+        self.firmed_up_at: dict[int, int] = {}
 
     def forget_costs(self) -> None:
         """Drop every arm's measurements (the workload changed); step counts and the stall reference stay."""

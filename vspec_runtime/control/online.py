@@ -364,6 +364,8 @@ class OnlinePolicy(Policy):
         bucket.visited.add(gamma)
         if reason == "warmup":
             bucket.warmup_decisions += 1
+        elif reason == "firm-up":
+            bucket.firmed_up_at[gamma] = bucket.samples
 
     def _guided_target(
         self, bucket: BucketState, measured: dict[int, ArmWindow], current: int, low: int, high: int
@@ -382,7 +384,7 @@ class OnlinePolicy(Policy):
         # Every arm that could win has been measured: warm-up is over. What is left is firming up
         # thin measurements of arms close to the best.
         bucket.warming_up = False
-        contenders = self._unsure_contenders(measured, estimates, margins, best_estimate, current)
+        contenders = self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current)
         if contenders:
             bucket.exploring = True
             return self._argmax(contenders, current), "firm-up"
@@ -452,6 +454,7 @@ class OnlinePolicy(Policy):
 
     def _unsure_contenders(
         self,
+        bucket: BucketState,
         measured: dict[int, ArmWindow],
         estimates: dict[int, float],
         margins: dict[int, float],
@@ -464,7 +467,15 @@ class OnlinePolicy(Policy):
         The last condition keeps at least two thirds of the steps on the best arm while a near-tie is
         firmed up. Without it the best arm, itself thin, was a contender of the contender: on copy@1
         the policy alternated K=6, 5, 6, 5 for whole cells (45% of steps at K=5, 5% below K=6),
-        because a short batch-1 cell never gives either arm ``confident_samples``."""
+        because a short batch-1 cell never gives either arm ``confident_samples``.
+
+        An arm firmed up before is a contender again only once the bucket measured a step since (any
+        arm's): a visit that cannot be measured, because the step it drafts in admits requests or is
+        verified in another bucket's step, would otherwise be repeated at every such step. On the
+        offline bench every batch-8 round starts with its first request alone in the engine (the
+        others arrive while it runs), and with a useless model drafter the batch-1 bucket firmed up
+        K=1 there in four rounds of six, each time a drafter pass over the prompt and no sample.
+        """
         enough = min(self.config.confident_samples, self.config.window)
         floor = best_estimate / (1.0 + self.config.hysteresis)
         best = max(estimates, key=estimates.__getitem__)
@@ -473,6 +484,7 @@ class OnlinePolicy(Policy):
             gamma: estimates[gamma]
             for gamma, arm in measured.items()
             if gamma not in (current, best) and arm.count < enough and 2 * arm.count < best_count
+            and bucket.firmed_up_at.get(gamma) != bucket.samples
             and estimates[gamma] * (1.0 + margins[gamma]) >= floor
         }
 

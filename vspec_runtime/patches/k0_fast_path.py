@@ -175,10 +175,20 @@ def _drafter_reads_no_metadata(runner, scheduler_output, skip_model_drafters: bo
     return skip_model_drafters and _skips_model_drafter(runner, scheduler_output)
 
 
+# On the runner: (the step's SchedulerOutput, whether its model drafter pass is skipped), decided once
+# per step for both ``_prepare_inputs`` and ``propose_draft_token_ids``.
+SKIP_DECISION = "_vspec_drafter_skip"
+
+
 def _skips_model_drafter(runner, scheduler_output) -> bool:
     """Whether this step's model drafter pass is skipped (sticky K=0; the module docstring)."""
-    return (scheduler_output.num_spec_tokens_to_schedule == 0 and _may_skip_drafter(runner)
+    decided = runner.__dict__.get(SKIP_DECISION)
+    if decided is not None and decided[0] is scheduler_output:
+        return decided[1]
+    skip = (scheduler_output.num_spec_tokens_to_schedule == 0 and _may_skip_drafter(runner)
             and _drafter_skippable(runner, scheduler_output))
+    runner.__dict__[SKIP_DECISION] = (scheduler_output, skip)
+    return skip
 
 
 # On the runner: ids of the requests whose drafter cache missed a step (see the module docstring).

@@ -138,18 +138,6 @@ def test_sticky_zero_holds_until_the_cohort_drains_for_model_drafters(tmp_path):
     assert controller.choose_gamma(2) == 3
 
 
-def test_the_trace_records_a_sticky_cohort_once_not_every_step(tmp_path):
-    """The trace is one line per decision: a K=0 cohort held for many steps is one line (its start),
-    then the next decision, not a line per held step."""
-    controller, _ = make(tmp_path, [0, 3], method="draft")
-    ks = [controller.choose_gamma(4) for _ in range(50)]
-    controller.choose_gamma(0)  # drained
-    ks.append(controller.choose_gamma(2))
-    assert ks == [0] * 50 + [3]
-    trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
-    assert [(line["gamma"], line["reason"]) for line in trace] == [(0, "scripted"), (3, "scripted")]
-
-
 def test_sticky_zero_ends_when_the_engine_goes_idle(tmp_path):
     """A real engine never schedules an empty batch: the cohort drains when the last request finishes
     (the scheduler reports the step after which nothing is left), and the next batch may draft."""

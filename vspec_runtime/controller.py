@@ -30,11 +30,6 @@ logger = logging.getLogger("vspec.controller")
 
 SNAPSHOT_EVERY_S = 1.0  # a snapshot costs about 1 ms (a file replaced); idle engines publish at once
 BENCH_POLICY_FILE = "bench-policy"  # in VSPEC_RUN_DIR: the label a PolicySwitch runs next (interleaved bench)
-STICKY_ZERO = "sticky-zero"  # the reason of a step the sticky K=0 cohort held without asking the policy
-# Steps that keep K without a decision: the trace, one line per decision, records them only when K
-# changes. A sticky cohort holds every step of a K=0 stretch, which would otherwise be a line per
-# step, each carrying the policy's summary (one to two KB with the online policy), for as long as K=0 lasts.
-NOT_DECISIONS = frozenset({"hold", STICKY_ZERO})
 
 
 @dataclass(frozen=True)
@@ -215,7 +210,7 @@ class AdaptiveController:
             if isinstance(self.policy, PolicySwitch):
                 self._select_bench_policy()
         if self._zero_cohort.holds():
-            decision = Decision(0, STICKY_ZERO, rewards={})
+            decision = Decision(0, "sticky-zero", rewards={})
         else:
             if self._zero_cohort.decision_due():
                 self.policy.decide_next(batch_size)  # not asked while K=0 was held: look now, don't hold
@@ -315,7 +310,7 @@ class AdaptiveController:
         self.current_gamma = decision.gamma
         self.selections[decision.gamma] += 1
         self._last_decision = decision
-        if self._trace is not None and (changed or decision.reason not in NOT_DECISIONS):
+        if self._trace is not None and (changed or decision.reason != "hold"):
             self._write_trace(decision, batch_size)
 
     def _write_trace(self, decision: Decision, batch_size: int) -> None:

@@ -85,9 +85,9 @@ def test_percentiles_interpolate_like_numpy():
 
 # --- the report --------------------------------------------------------------------------------------
 
-def load_run(policy, round_index, tok_s, tpot, texts=("a", "b"), counters=None):
+def load_run(policy, round_index, tok_s, tpot, texts=("a", "b"), counters=None, tpots=()):
     return LoadRun(policy, "1 req/s", 0, 0, round_index, 0, 0.0, 1.0,
-                   {"output_tok_s": tok_s, "tpot_p50": tpot, "failed": 0}, counters or {}, list(texts))
+                   {"output_tok_s": tok_s, "tpot_p50": tpot, "failed": 0}, counters or {}, list(texts), list(tpots))
 
 
 def test_report_pairs_rounds_against_the_best_baseline_and_judges_online():
@@ -109,9 +109,32 @@ def test_report_pairs_rounds_against_the_best_baseline_and_judges_online():
     assert online["k_histogram"] == {"0": 20, "3": 60}
     assert cell["policies"]["fixed:3"]["acceptance_length"] == pytest.approx(2.5)
     verdicts = [c["verdict"] for c in serve_report.checks([cell])]
-    assert verdicts == ["missed", "missed"]
+    assert verdicts == ["missed", "missed", "met"]  # no per-request TPOTs recorded: nothing to judge
     markdown_rows = serve_report.table_rows([cell])
     assert [row[1] for row in markdown_rows] == ["target-only", "fixed:3", "online"]
+
+
+def test_per_request_tpot_pairs_each_request_with_its_twin_and_resolves_what_the_p50s_cannot():
+    """A round's requests are a copy answer (fast tokens) and a chat answer (slow ones). Online is 1%
+    slower than fixed:3 on every request, but whether its median lands on a copy or a chat answer flips
+    between rounds: the ratio of p50s swings and straddles the 3% tolerance, the per-request pairing
+    sees the 1% and resolves it."""
+    policies = parse_policies("target-only,fixed:3,online")
+    runs = []
+    for r, (noise, online_p50) in enumerate(((1.0, 0.011), (1.1, 0.030), (0.95, 0.011), (1.05, 0.030))):
+        copy, chat = 0.010 * noise, 0.030 * noise
+        runs += [load_run("target-only", r, 100, 0.040, tpots=[2 * copy, 2 * chat]),
+                 load_run("fixed:3", r, 120, 0.020 * noise, tpots=[copy, chat, None]),
+                 load_run("online", r, 120, online_p50, tpots=[1.01 * copy, 1.01 * chat, 0.5])]
+    (cell,) = serve_report.summarise(policies, ["1 req/s"], runs, greedy=False)
+    online = cell["policies"]["online"]
+    per_request = online["per_request_tpot_vs_best"]
+    assert per_request["ratio"] == pytest.approx(1 / 1.01) and per_request["pairs"] == 4
+    assert per_request["low"] > 1 / 1.03  # request 3 (fixed:3 failed it) is left out
+    checks = {c["check"]: c["verdict"] for c in serve_report.checks([cell])}
+    assert checks["online TPOT p50 within 3% of the best"] == "not resolved"
+    assert checks["online TPOT within 3% of the best, request by request"] == "met"
+    assert cell["policies"]["fixed:3"].get("per_request_tpot_vs_best") is None  # the reference itself
 
 
 # --- bad input -------------------------------------------------------------------------------------
@@ -169,7 +192,9 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         assert set(rows["online"]["k_histogram"]) != {"1"}, "online ran at fixed:1's K: no switch between loads"
         assert rows["fixed:1"]["acceptance_length"] > 1.0
     assert {c["verdict"] for c in document["checks"]} <= {"met", "missed", "not resolved"}
-    assert len(document["checks"]) == 4
+    assert len(document["checks"]) == 6  # per load: tok/s, TPOT p50, TPOT request by request
+    for cell in document["cells"]:  # every request answered by both: each round pairs them
+        assert cell["policies"]["online"]["per_request_tpot_vs_best"]["pairs"] == 2
     raw = (out / "requests" / "r1.jsonl").read_text().splitlines()
     assert len(raw) == 2 * 2 * 3  # loads x rounds x policies
     assert (out / "results.md").read_text().startswith("# vspec bench (serve driver)")

@@ -44,7 +44,13 @@ def paired_ratio(values: dict[Key, float], reference: dict[Key, float]) -> Optio
     keys = sorted(k for k in values if k in reference and values[k] > 0 and reference[k] > 0)
     if not keys:
         return None
-    logs = [math.log(values[k] / reference[k]) for k in keys]
+    return log_ratio_interval([math.log(values[k] / reference[k]) for k in keys])
+
+
+def log_ratio_interval(logs: list[float]) -> Optional[dict[str, Any]]:
+    """The geometric-mean ratio of paired samples given as log ratios, with its 95% t interval."""
+    if not logs:
+        return None
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return {"ratio": math.exp(mean), "low": None, "high": None, "pairs": 1, "sd_log": None, "pairs_for_2pct": None}

@@ -211,6 +211,9 @@ class LoadRun:
     metrics: dict[str, Any]
     counters: dict[str, float] = field(default_factory=dict)
     texts: list[Optional[str]] = field(default_factory=list)
+    # Each request's TPOT in schedule order (None: failed or one token): every policy of a round got the
+    # same arrivals and prompts, so request i pairs across policies (serve_report's per-request TPOT).
+    tpots: list[Optional[float]] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -291,5 +294,6 @@ def _one_load(plan: ServePlan, server: Server, shape: loadlib.LoadShape, schedul
     ended = time.perf_counter()
     counters = counter_delta(before, server.metrics()) if server.name == VSPEC_SERVER else {}
     run = LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended,
-                  loadlib.load_metrics(records), counters, texts=[r.text if r.ok else None for r in records])
+                  loadlib.load_metrics(records), counters, texts=[r.text if r.ok else None for r in records],
+                  tpots=[r.tpot if r.ok else None for r in records])
     return run, records

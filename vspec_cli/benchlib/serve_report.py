@@ -5,12 +5,22 @@ and ITL (p50, p99), acceptance length and the K histogram over all its rounds, f
 how many greedy answers equal target-only's text. Paired ratios per round (vspec_cli/benchlib/
 paired.py): output tok/s against target-only and against the *best baseline* (the better of
 target-only and the best fixed K by geometric-mean tok/s), TPOT p50 against the baseline with the
-lowest geometric-mean TPOT p50. The targets (issue 14): online >= 0.98x the best baseline in output
-tok/s, and its TPOT p50 within 3% of the best (checked as best TPOT / online TPOT >= 1/1.03).
+lowest geometric-mean TPOT p50, and the same TPOT ratio request by request (below). The targets (issue
+14): online >= 0.98x the best baseline in output tok/s, and its TPOT p50 within 3% of the best (checked
+as best TPOT / online TPOT >= 1/1.03).
+
+Why TPOT request by request as well: a load of 6-40 requests drawn from a pool of copy, code and chat
+prompts has a median TPOT that jumps between prompt kinds from one policy's run to the next (a copy
+answer's tokens come three times as fast as a chat answer's), so the ratio of two p50s is mostly that
+draw, and three rounds gave intervals of +-13-30%. Every policy of a round sends the same requests at
+the same times, so request i of one policy pairs with request i of another: a round's sample is the
+geometric mean over its requests of best TPOT / own TPOT, and the interval is still the paired t over
+rounds (requests of one round share the machine's state and are not independent samples).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Optional
@@ -33,6 +43,18 @@ def _median(values: list[Optional[float]]) -> Optional[float]:
 
 def _by_round(runs: list[LoadRun], metric: str) -> dict[paired.Key, float]:
     return {(r.repeat, r.round): r.metrics[metric] for r in runs if r.metrics.get(metric)}
+
+
+def _per_request_tpot_logs(mine: list[LoadRun], reference: list[LoadRun]) -> dict[paired.Key, float]:
+    """Per round: the mean over requests both answered of log(reference TPOT / own TPOT)."""
+    theirs = {(r.repeat, r.round): r.tpots for r in reference}
+    by_round = {}
+    for run in mine:
+        pairs = [(own, other) for own, other in zip(run.tpots, theirs.get((run.repeat, run.round), []))
+                 if own and other]
+        if pairs:
+            by_round[(run.repeat, run.round)] = statistics.fmean(math.log(other / own) for own, other in pairs)
+    return by_round
 
 
 def _acceptance_length(runs: list[LoadRun]) -> Optional[float]:
@@ -97,6 +119,8 @@ def summarise(policies: list[BenchPolicy], loads: list[str], runs: list[LoadRun]
                 # best's TPOT / mine: >= 1/1.03 means mine is within 3% of the best
                 row["paired_tpot_vs_best"] = paired.paired_ratio(_by_round(rows[best_tpot], "tpot_p50"),
                                                                  _by_round(mine, "tpot_p50"))
+                logs = _per_request_tpot_logs(mine, rows[best_tpot])
+                row["per_request_tpot_vs_best"] = paired.log_ratio_interval([logs[k] for k in sorted(logs)])
             cell["policies"][policy.label] = row
         cells.append(cell)
     return cells
@@ -116,6 +140,10 @@ def checks(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found.append({"load": cell["load"], "check": "online TPOT p50 within 3% of the best",
                       "reference": cell["best_tpot_baseline"], "interval": tpot,
                       "verdict": "met" if tpot is None else paired.verdict(tpot, 1 / TPOT_TOLERANCE)})
+        per_request = row.get("per_request_tpot_vs_best")
+        found.append({"load": cell["load"], "check": "online TPOT within 3% of the best, request by request",
+                      "reference": cell["best_tpot_baseline"], "interval": per_request,
+                      "verdict": "met" if per_request is None else paired.verdict(per_request, 1 / TPOT_TOLERANCE)})
     return found
 
 
@@ -139,7 +167,8 @@ def _fmt_histogram(histogram: dict[str, int]) -> str:
 
 
 COLUMNS = ("load", "policy", "out tok/s", "req/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "ITL p50/p99 ms",
-           "x target-only", "x best", "best TPOT / TPOT", "accept len", "K histogram", "failed", "same text")
+           "x target-only", "x best", "best TPOT / TPOT", "same, per request", "accept len", "K histogram", "failed",
+           "same text")
 
 
 def table_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
@@ -153,15 +182,15 @@ def table_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
                 f"{_fmt(row['tpot_p50'], 1000)}/{_fmt(row['tpot_p99'], 1000)}",
                 f"{_fmt(row['itl_p50'], 1000)}/{_fmt(row['itl_p99'], 1000)}",
                 _fmt_interval(row.get("paired_target_only")), _fmt_interval(row.get("paired_best")),
-                _fmt_interval(row.get("paired_tpot_vs_best")), _fmt(row["acceptance_length"], digits=2),
-                _fmt_histogram(row["k_histogram"]), str(row["failed"]),
+                _fmt_interval(row.get("paired_tpot_vs_best")), _fmt_interval(row.get("per_request_tpot_vs_best")),
+                _fmt(row["acceptance_length"], digits=2), _fmt_histogram(row["k_histogram"]), str(row["failed"]),
                 f"{same['equal']}/{same['compared']}" if same else "-",
             ])
     return rows
 
 
 TERMINAL_COLUMNS = ("load", "policy", "tok/s", "TPOT ms", "TTFT ms", "x target-only", "x best", "TPOT best/own",
-                    "accept", "mean K")
+                    "per request", "accept", "mean K")
 
 
 def _mean_k(histogram: dict[str, int]) -> Optional[float]:
@@ -174,7 +203,7 @@ def terminal_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
     return [[cell["load"], label, _fmt(row["output_tok_s"]), _fmt(row["tpot_p50"], 1000),
              _fmt(row["ttft_p50"], 1000, 0), _fmt_interval(row.get("paired_target_only")),
              _fmt_interval(row.get("paired_best")), _fmt_interval(row.get("paired_tpot_vs_best")),
-             _fmt(row["acceptance_length"], digits=2), _fmt(_mean_k(row["k_histogram"]), digits=1)]
+             _fmt_interval(row.get("per_request_tpot_vs_best")), _fmt(row["acceptance_length"], digits=2), _fmt(_mean_k(row["k_histogram"]), digits=1)]
             for cell in cells for label, row in cell["policies"].items()]
 
 
@@ -196,7 +225,9 @@ def markdown(document: dict[str, Any]) -> str:
     ]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(document["cells"])]
     lines += ["", "Checks:", ""] + [f"- {line}" for line in checks_lines(document["checks"])]
-    lines += ["", "Intervals: paired per round (t on log ratios, 95%); 'not resolved' when one straddles the target."]
+    lines += ["", "Intervals: paired per round (t on log ratios, 95%); 'not resolved' when one straddles the target. "
+              "'Same, per request': a round's sample is the geometric mean of best TPOT / own TPOT over the requests "
+              "both answered (every policy of a round gets the same requests at the same times)."]
     return "\n".join(lines) + "\n"
 
 

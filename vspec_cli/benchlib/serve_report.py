@@ -203,7 +203,8 @@ def terminal_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
     return [[cell["load"], label, _fmt(row["output_tok_s"]), _fmt(row["tpot_p50"], 1000),
              _fmt(row["ttft_p50"], 1000, 0), _fmt_interval(row.get("paired_target_only")),
              _fmt_interval(row.get("paired_best")), _fmt_interval(row.get("paired_tpot_vs_best")),
-             _fmt_interval(row.get("per_request_tpot_vs_best")), _fmt(row["acceptance_length"], digits=2), _fmt(_mean_k(row["k_histogram"]), digits=1)]
+             _fmt_interval(row.get("per_request_tpot_vs_best")), _fmt(row["acceptance_length"], digits=2),
+             _fmt(_mean_k(row["k_histogram"]), digits=1)]
             for cell in cells for label, row in cell["policies"].items()]
 
 

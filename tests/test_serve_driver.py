@@ -109,7 +109,7 @@ def test_report_pairs_rounds_against_the_best_baseline_and_judges_online():
     assert online["k_histogram"] == {"0": 20, "3": 60}
     assert cell["policies"]["fixed:3"]["acceptance_length"] == pytest.approx(2.5)
     verdicts = [c["verdict"] for c in serve_report.checks([cell])]
-    assert verdicts == ["missed", "missed", "met"]  # no per-request TPOTs recorded: nothing to judge
+    assert verdicts == ["missed", "missed", "not measured"]  # no per-request TPOTs recorded
     markdown_rows = serve_report.table_rows([cell])
     assert [row[1] for row in markdown_rows] == ["target-only", "fixed:3", "online"]
 

@@ -126,6 +126,11 @@ def summarise(policies: list[BenchPolicy], loads: list[str], runs: list[LoadRun]
     return cells
 
 
+def _verdict(interval: Optional[dict[str, Any]], threshold: float) -> str:
+    """A check's verdict; "not measured" where no baseline ran or no request pairs with its twin."""
+    return paired.verdict(interval, threshold) or "not measured"
+
+
 def checks(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for cell in cells:
@@ -135,15 +140,15 @@ def checks(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         tok = row.get("paired_best")
         found.append({"load": cell["load"], "check": f"online output tok/s >= {TOK_S_TARGET}x the best baseline",
                       "reference": cell["best_baseline"], "interval": tok,
-                      "verdict": "met" if tok is None else paired.verdict(tok, TOK_S_TARGET)})
+                      "verdict": _verdict(tok, TOK_S_TARGET)})
         tpot = row.get("paired_tpot_vs_best")
         found.append({"load": cell["load"], "check": "online TPOT p50 within 3% of the best",
                       "reference": cell["best_tpot_baseline"], "interval": tpot,
-                      "verdict": "met" if tpot is None else paired.verdict(tpot, 1 / TPOT_TOLERANCE)})
+                      "verdict": _verdict(tpot, 1 / TPOT_TOLERANCE)})
         per_request = row.get("per_request_tpot_vs_best")
         found.append({"load": cell["load"], "check": "online TPOT within 3% of the best, request by request",
                       "reference": cell["best_tpot_baseline"], "interval": per_request,
-                      "verdict": "met" if per_request is None else paired.verdict(per_request, 1 / TPOT_TOLERANCE)})
+                      "verdict": _verdict(per_request, 1 / TPOT_TOLERANCE)})
     return found
 
 

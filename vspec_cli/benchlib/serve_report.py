@@ -15,13 +15,16 @@ answer's tokens come three times as fast as a chat answer's), so the ratio of tw
 draw, and three rounds gave intervals of +-13-30%. Every policy of a round sends the same requests at
 the same times, so request i of one policy pairs with request i of another: a round's sample is the
 geometric mean over its requests of best TPOT / own TPOT, and the interval is still the paired t over
-rounds (requests of one round share the machine's state and are not independent samples).
+rounds (requests of one round share the machine's state and are not independent samples). Measured
+(docs/benchmarks.md, serve-8): it narrows TPOT intervals at light load, where requests seldom overlap;
+under load a round's requests share one queue and rise and fall together, and only more rounds help.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,15 +48,25 @@ def _by_round(runs: list[LoadRun], metric: str) -> dict[paired.Key, float]:
     return {(r.repeat, r.round): r.metrics[metric] for r in runs if r.metrics.get(metric)}
 
 
-def _per_request_tpot_logs(mine: list[LoadRun], reference: list[LoadRun]) -> dict[paired.Key, float]:
+def _twins(runs: list[LoadRun], reference: list[LoadRun], field: str) -> Iterator[list[tuple[Any, Any]]]:
+    """Per round both ran: (own, reference) per request of ``field`` (texts, tpots), in schedule order.
+
+    Every policy of a round got the same arrivals and prompts, so request i of one is request i of the other.
+    """
+    theirs = {(r.repeat, r.round): getattr(r, field) for r in reference}
+    for run in runs:
+        other = theirs.get((run.repeat, run.round))
+        if other is not None:
+            yield list(zip(getattr(run, field), other))
+
+
+def _per_request_tpot_logs(mine: list[LoadRun], reference: list[LoadRun]) -> list[float]:
     """Per round: the mean over requests both answered of log(reference TPOT / own TPOT)."""
-    theirs = {(r.repeat, r.round): r.tpots for r in reference}
-    by_round = {}
-    for run in mine:
-        pairs = [(own, other) for own, other in zip(run.tpots, theirs.get((run.repeat, run.round), []))
-                 if own and other]
-        if pairs:
-            by_round[(run.repeat, run.round)] = statistics.fmean(math.log(other / own) for own, other in pairs)
+    by_round = []
+    for twins in _twins(mine, reference, "tpots"):
+        logs = [math.log(other / own) for own, other in twins if own and other]
+        if logs:
+            by_round.append(statistics.fmean(logs))
     return by_round
 
 
@@ -73,13 +86,9 @@ def _k_histogram(runs: list[LoadRun]) -> dict[str, int]:
 
 
 def _same_as_target(runs: list[LoadRun], reference: list[LoadRun]) -> Optional[dict[str, int]]:
-    texts = {(r.repeat, r.round): r.texts for r in reference}
     compared = equal = 0
-    for run in runs:
-        other = texts.get((run.repeat, run.round))
-        if other is None:
-            continue
-        for mine, theirs in zip(run.texts, other):
+    for twins in _twins(runs, reference, "texts"):
+        for mine, theirs in twins:
             if mine is not None and theirs is not None:
                 compared += 1
                 equal += mine == theirs
@@ -119,8 +128,8 @@ def summarise(policies: list[BenchPolicy], loads: list[str], runs: list[LoadRun]
                 # best's TPOT / mine: >= 1/1.03 means mine is within 3% of the best
                 row["paired_tpot_vs_best"] = paired.paired_ratio(_by_round(rows[best_tpot], "tpot_p50"),
                                                                  _by_round(mine, "tpot_p50"))
-                logs = _per_request_tpot_logs(mine, rows[best_tpot])
-                row["per_request_tpot_vs_best"] = paired.log_ratio_interval([logs[k] for k in sorted(logs)])
+                row["per_request_tpot_vs_best"] = paired.log_ratio_interval(
+                    _per_request_tpot_logs(mine, rows[best_tpot]))
             cell["policies"][policy.label] = row
         cells.append(cell)
     return cells

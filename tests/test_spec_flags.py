@@ -62,7 +62,6 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.token_costs": ("false", False),
     "adaptive.coverage_weighting": ("false", False),
     "adaptive.acceptance_model": ("run", "run"),
-    "adaptive.line_margins": ("true", True),
     "adaptive.gamma0_mode": ("sync", "sync"),
     "adaptive.gamma0_reprobe_steps": ("64", 64),
     "adaptive.fixed_gamma": ("3", 3),

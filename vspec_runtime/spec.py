@@ -58,9 +58,6 @@ class AdaptiveSettings(_Strict):
     acceptance_model: Literal["step", "run"] = Field(
         "step", description="Online policy: number draft positions per step, or along runs of copyable text "
                             "(n-gram lookup; opt-in until a bench resolves a gain).")
-    line_margins: bool = Field(False, description="Online policy: where the cost line prices the K (token_costs), "
-                                                  "judge how sure an estimate is by the line, not by the spread "
-                                                  "of that K's own step costs (fewer firm-up visits).")
     gamma0_mode: Literal["sticky", "sync"] = Field(
         "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
     gamma0_reprobe_steps: int = Field(

@@ -399,36 +399,7 @@ class OnlinePolicy(Policy):
         costs = self._arm_costs(bucket, measured)
         estimates = {gamma: expected[gamma] / costs[gamma] for gamma in measured}
         margins = bucket.noise_margins(self.config.noise_z)
-        predicted = self._predict_unmeasured(bucket, expected, costs, margins, low, high)
-        if self.config.line_margins:
-            margins = self._line_margins(bucket, measured, costs, margins)
-        return estimates, margins, predicted
-
-    def _line_margins(
-        self, bucket: BucketState, measured: dict[int, ArmWindow], costs: dict[int, float], margins: dict[int, float]
-    ) -> dict[int, float]:
-        """Noise margins of the arms the cost line prices (``line_margins``): ``noise_z`` standard errors
-        of the arm's mean of verified tokens, at the line's price per token, over its cost.
-
-        An n-gram drafter fills its budget on some steps and not on others, so one K's step costs
-        spread by 10-20% at batch 1 (a full copy step verifies 7 tokens, a step without a match 1), and
-        that spread, over a handful of steps, made every K near the best a thin contender: on the
-        demo's copy@1 the policy firmed up K=4 and K=5 beside K=6 round after round, four steps each,
-        in rounds of about nine. But the line (``_arm_costs``) prices each arm from its mean count of
-        verified tokens, and explains the spread by it: what remains unsure about the arm's cost is
-        that mean. Arms the line does not price (K=0, or no line) keep their own margins, and the
-        predictions of unmeasured arms keep the wider ones (a lower bound should stay optimistic).
-        """
-        line = bucket.cost_line.line() if self.config.token_costs and self._fills_vary(bucket) else None
-        if line is None:
-            return margins
-        per_token_ms = line[1]
-        narrowed = dict(margins)
-        for gamma, arm in measured.items():
-            if gamma > 0 and arm.count and gamma in narrowed:
-                spread_ms = per_token_ms * math.sqrt(arm.verified_variance() / arm.count)
-                narrowed[gamma] = self.config.noise_z * spread_ms / costs[gamma]
-        return narrowed
+        return estimates, margins, self._predict_unmeasured(bucket, expected, costs, margins, low, high)
 
     def _arm_costs(self, bucket: BucketState, measured: dict[int, ArmWindow]) -> dict[int, float]:
         """Milliseconds per request-step of each measured arm: its own window's mean, or with

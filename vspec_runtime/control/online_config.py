@@ -67,10 +67,6 @@ class OnlineConfig:
     # draft's most optimistic plausible acceptance loses to K=0 (OnlinePolicy._drafting_surely_loses):
     # a model drafter's every trial is a dear step. from_settings sets it for model drafters only.
     sure_zero: bool = False
-    # Where the cost line prices the arms (token_costs), an arm's noise margin is what the line leaves
-    # uncertain, its mean of verified tokens, not the spread of its own step costs
-    # (OnlinePolicy._line_margins).
-    line_margins: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -103,7 +99,6 @@ class OnlineConfig:
             coverage_weighting=adaptive.coverage_weighting and method == "ngram",
             acceptance_runs=adaptive.acceptance_model == "run",
             sure_zero=method != "ngram",
-            line_margins=adaptive.line_margins,
             seed=adaptive.seed,
         )
 

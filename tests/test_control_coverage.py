@@ -184,3 +184,33 @@ def test_a_factor_learned_on_code_never_reads_chat_below_one_token_a_step():
     policy = CurveWatcher(OnlineConfig(max_gamma=6, coverage_weighting=True))
     replay_cells(policy, [demo_cell("code@1"), demo_cell("chat@1")], rounds=8)
     assert policy.lowest >= 1.0
+
+
+class ReasonLog(OnlinePolicy):
+    """The online policy, keeping the reason of every choice."""
+
+    def __init__(self, config: OnlineConfig) -> None:
+        super().__init__(config)
+        self.reasons: list[str] = []
+
+    def choose(self, batch_size: int, max_feasible_gamma: int):
+        decision = super().choose(batch_size, max_feasible_gamma)
+        self.reasons.append(decision.reason)
+        return decision
+
+
+def test_visit_value_spends_no_firm_ups_on_a_clear_loser_in_short_copy_answers():
+    """The demo's copy@1 replayed: answers of nine steps at K=6, where K=5 is 12% behind. The default
+    rules firm K=5 up three or four times in eight rounds (four steps each, on thin windows);
+    ``visit_value`` finds such a visit worth far less than it costs and runs closer to the best fixed K."""
+    cells = [demo_cell("copy@1")]
+    for seed in range(2):
+        default = ReasonLog(OnlineConfig(max_gamma=6, coverage_weighting=True))
+        valued = ReasonLog(OnlineConfig(max_gamma=6, coverage_weighting=True, visit_value=True))
+        replay_cells(default, cells, seed=seed)
+        replay_cells(valued, cells, seed=seed)
+        assert default.reasons.count("firm-up") >= 2
+        assert valued.reasons.count("firm-up") == 0
+    ratio = lambda **extra: ratio_to_best_fixed(  # noqa: E731
+        lambda: OnlinePolicy(OnlineConfig(max_gamma=6, coverage_weighting=True, **extra)), cells)["copy@1"]
+    assert ratio(visit_value=True) >= ratio() + 0.015

@@ -260,6 +260,14 @@ def test_thin_contenders_are_firmed_up_then_left_alone(seed):
     assert max(firm_ups) < 400, f"still firming up at step {max(firm_ups)} of a steady scenario"
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_visit_value_still_firms_up_a_real_near_tie(seed):
+    """With ``visit_value`` an information visit must pay for itself; an arm within 0.1% of the best,
+    measured on a few steps, does (it may well be the better one), so it is still firmed up."""
+    result = run(policy(seed=seed, visit_value=True), None, near_tie(), seed=seed)
+    assert "firm-up" in result.reasons
+
+
 def test_no_hysteresis_no_patience_flaps_more():
     steady = run(policy(seed=0), None, near_tie(), seed=0)
     twitchy = run(policy(seed=0, hysteresis=0.0, patience_decisions=1), None, near_tie(), seed=0)

@@ -40,6 +40,7 @@ class BucketState(BucketK):
         "recent_costs",
         "cost_line",
         "firmed_up_at",
+        "regime_start",
     )
 
     def __init__(self, key: int, gamma: int, neighbour: BucketState | None) -> None:
@@ -63,6 +64,12 @@ class BucketState(BucketK):
         # ``samples`` when each arm was last firmed up: a firm-up that no cost sample of this bucket
         # followed is not repeated until one does (``OnlinePolicy._unsure_contenders``).
         self.firmed_up_at: dict[int, int] = {}
+        self.regime_start = 0  # ``samples`` when the costs were last forgotten: the regime's age is the rest
+
+    @property
+    def regime_age(self) -> int:
+        """Stable steps measured since the bucket last forgot its costs (a new workload phase)."""
+        return self.samples - self.regime_start
 
     def forget_costs(self) -> None:
         """Drop every arm's measurements (the workload changed); step counts and the stall reference stay."""
@@ -73,6 +80,7 @@ class BucketState(BucketK):
         self.challenger = None
         self.challenger_streak = 0
         self.exploring = False
+        self.regime_start = self.samples
 
     def measured(self, low: int, high: int) -> dict[int, ArmWindow]:
         return {gamma: arm for gamma, arm in self.arms.items() if low <= gamma <= high and arm.total_samples}

@@ -99,6 +99,14 @@ def upper_rate(rate: float, trials: float, z: float) -> float:
     return min(1.0, (centre + spread) / (1.0 + z2 / trials))
 
 
+def _normal_pdf(z: float) -> float:
+    return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
 class OnlinePolicy(Policy):
     """Chooses K per step by a bandit over measured goodput; see the module docstring."""
 
@@ -378,13 +386,25 @@ class OnlinePolicy(Policy):
             for gamma, (_, optimistic) in predicted.items()
             if optimistic > best_estimate * (1.0 + self.config.explore_margin)
         }
+        best_sd = self._relative_sd(margins[max(estimates, key=estimates.__getitem__)])
+        if candidates and not bucket.warming_up:
+            candidates = {
+                gamma: value for gamma, value in candidates.items()
+                if self._worth_a_visit(bucket, predicted[gamma][0] / best_estimate - 1.0,
+                                       self._relative_sd(predicted[gamma][1] / predicted[gamma][0] - 1.0),
+                                       best_sd)
+            }
         if candidates:
             bucket.exploring = True
             return self._argmax(candidates, current), "warmup" if bucket.warming_up else "explore"
         # Every arm that could win has been measured: warm-up is over. What is left is firming up
         # thin measurements of arms close to the best.
         bucket.warming_up = False
-        contenders = self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current)
+        contenders = {
+            gamma: value
+            for gamma, value in self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current).items()
+            if self._worth_a_visit(bucket, value / best_estimate - 1.0, self._relative_sd(margins[gamma]), best_sd)
+        }
         if contenders:
             bucket.exploring = True
             return self._argmax(contenders, current), "firm-up"
@@ -487,6 +507,37 @@ class OnlinePolicy(Policy):
             and bucket.firmed_up_at.get(gamma) != bucket.samples
             and estimates[gamma] * (1.0 + margins[gamma]) >= floor
         }
+
+    def _relative_sd(self, margin: float) -> float:
+        """An arm's noise margin (``noise_z`` standard errors, relative) as one standard error."""
+        return margin / self.config.noise_z if self.config.noise_z > 0.0 else 0.0
+
+    def _worth_a_visit(self, bucket: BucketState, lead: float, arm_sd: float, best_sd: float) -> bool:
+        """With ``visit_value``: whether an information visit to an arm pays for itself.
+
+        ``lead`` is the arm's estimate relative to the best's, minus one (-0.12: 12% behind), and the
+        two standard errors say how far the truth may lie from it. The visit costs ``-lead`` per step
+        for the ``control_interval`` steps of a decision; it gains the expected amount by which the
+        arm truly beats the best (the positive part of a normal), on every step the regime has left.
+        A regime's remaining length is guessed as its age (at least one window): a workload that has
+        lasted long will likely last long, and a short one is no place to spend steps on a near-tie.
+        Without the setting every visit the other rules ask for goes ahead.
+
+        Both sides are in steps of the best arm's goodput. On the demo's copy@1 the rules visited K=5
+        (12% behind K=6, its two standard errors about 9%) for four steps in rounds of nine: over a
+        32-step horizon the visit may gain 0.002 steps and costs 0.5. A real near-tie (1% behind, 3%
+        standard error) may gain 0.24 and costs 0.04: still visited.
+        """
+        if not self.config.visit_value:
+            return True
+        spread = math.hypot(arm_sd, best_sd)
+        if spread <= 0.0:
+            gain = max(lead, 0.0)
+        else:
+            z = lead / spread
+            gain = spread * _normal_pdf(z) + lead * _normal_cdf(z)
+        horizon = max(bucket.regime_age, self.config.window)
+        return gain * horizon >= max(-lead, 0.0) * self.rules.control_interval
 
     @staticmethod
     def _fills_vary(bucket: BucketState) -> bool:

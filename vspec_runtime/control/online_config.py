@@ -67,6 +67,9 @@ class OnlineConfig:
     # draft's most optimistic plausible acceptance loses to K=0 (OnlinePolicy._drafting_surely_loses):
     # a model drafter's every trial is a dear step. from_settings sets it for model drafters only.
     sure_zero: bool = False
+    # Visit an arm for information (explore past warm-up, firm-up) only when what it may gain, over
+    # the steps the regime is expected to last, outweighs what the visit costs (OnlinePolicy._worth_a_visit).
+    visit_value: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -99,6 +102,7 @@ class OnlineConfig:
             coverage_weighting=adaptive.coverage_weighting and method == "ngram",
             acceptance_runs=adaptive.acceptance_model == "run",
             sure_zero=method != "ngram",
+            visit_value=adaptive.visit_value,
             seed=adaptive.seed,
         )
 

@@ -63,7 +63,7 @@ def test_a_draining_batch_lowers_k_sooner_than_the_pooled_model():
         policy = OnlinePolicy(max_gamma=6, batch_acceptance=batch_acceptance)
         head = run(policy, FAST + SLOW, 60)
         assert head[-1] >= 4, f"batch 8 half fast should run deep drafts, ran {head[-20:]}"
-        tails[batch_acceptance] = run(policy, SLOW, 24)
+        tails[batch_acceptance] = run(policy, SLOW, 28)
     assert tails[True][-1] == tails[False][-1] == 0, f"useless drafts should stop: {tails}"
     first_low = {key: next(i for i, gamma in enumerate(tail) if gamma <= 1) for key, tail in tails.items()}
     assert first_low[True] < first_low[False], f"batch-aware tail K {tails[True]} vs pooled {tails[False]}"

@@ -135,8 +135,11 @@ def test_online_with_coverage_weighting_runs_the_demo_code_cell_near_its_best_fi
     flattered K=6 and online ran 0.92x the best fixed K on the bench; replayed 0.944x plain against
     0.981x weighted) and loses nowhere."""
     cells = [demo_cell(name) for name in ("copy@8", "code@8", "chat@8")]
-    plain = ratio_to_best_fixed(lambda: OnlinePolicy(OnlineConfig(max_gamma=6)), cells)
-    weighted = ratio_to_best_fixed(lambda: OnlinePolicy(OnlineConfig(max_gamma=6, coverage_weighting=True)), cells)
+    # The information visits as they were when this was measured: visit_value (on by default since)
+    # spends fewer steps on K=6 firm-ups and takes plain code@8 to 0.984 by itself (weighted: 0.997).
+    plain = ratio_to_best_fixed(lambda: OnlinePolicy(OnlineConfig(max_gamma=6, visit_value=False)), cells)
+    weighted = ratio_to_best_fixed(
+        lambda: OnlinePolicy(OnlineConfig(max_gamma=6, coverage_weighting=True, visit_value=False)), cells)
     assert weighted["code@8"] >= 0.97
     assert weighted["code@8"] >= plain["code@8"] + 0.03
     for name in ("copy@8", "chat@8"):
@@ -200,17 +203,19 @@ class ReasonLog(OnlinePolicy):
 
 
 def test_visit_value_spends_no_firm_ups_on_a_clear_loser_in_short_copy_answers():
-    """The demo's copy@1 replayed: answers of nine steps at K=6, where K=5 is 12% behind. The default
-    rules firm K=5 up three or four times in eight rounds (four steps each, on thin windows);
-    ``visit_value`` finds such a visit worth far less than it costs and runs closer to the best fixed K."""
+    """The demo's copy@1 replayed: answers of nine steps at K=6, where K=5 is 12% behind. Without
+    ``visit_value`` the rules firm K=5 up three or four times in eight rounds (four steps each, on thin
+    windows); with it (the default) such a visit is worth far less than it costs, and online runs
+    closer to the best fixed K."""
     cells = [demo_cell("copy@1")]
     for seed in range(2):
-        default = ReasonLog(OnlineConfig(max_gamma=6, coverage_weighting=True))
+        unvalued = ReasonLog(OnlineConfig(max_gamma=6, coverage_weighting=True, visit_value=False))
         valued = ReasonLog(OnlineConfig(max_gamma=6, coverage_weighting=True, visit_value=True))
-        replay_cells(default, cells, seed=seed)
+        replay_cells(unvalued, cells, seed=seed)
         replay_cells(valued, cells, seed=seed)
-        assert default.reasons.count("firm-up") >= 2
+        assert unvalued.reasons.count("firm-up") >= 2
         assert valued.reasons.count("firm-up") == 0
-    ratio = lambda **extra: ratio_to_best_fixed(  # noqa: E731
-        lambda: OnlinePolicy(OnlineConfig(max_gamma=6, coverage_weighting=True, **extra)), cells)["copy@1"]
-    assert ratio(visit_value=True) >= ratio() + 0.015
+    ratio = lambda visit_value: ratio_to_best_fixed(  # noqa: E731
+        lambda: OnlinePolicy(OnlineConfig(max_gamma=6, coverage_weighting=True, visit_value=visit_value)),
+        cells)["copy@1"]
+    assert ratio(True) >= ratio(False) + 0.015

@@ -62,7 +62,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.token_costs": ("false", False),
     "adaptive.coverage_weighting": ("false", False),
     "adaptive.acceptance_model": ("run", "run"),
-    "adaptive.visit_value": ("true", True),
+    "adaptive.visit_value": ("false", False),
     "adaptive.gamma0_mode": ("sync", "sync"),
     "adaptive.gamma0_reprobe_steps": ("64", 64),
     "adaptive.fixed_gamma": ("3", 3),

@@ -58,10 +58,10 @@ class AdaptiveSettings(_Strict):
     acceptance_model: Literal["step", "run"] = Field(
         "step", description="Online policy: number draft positions per step, or along runs of copyable text "
                             "(n-gram lookup; opt-in until a bench resolves a gain).")
-    visit_value: bool = Field(False, description="Online policy: visit a K for information (exploring past "
-                                                 "warm-up, firming up a thin estimate) only when what it may "
-                                                 "gain over the regime's expected length outweighs the visit's "
-                                                 "cost (opt-in until a bench resolves a gain).")
+    visit_value: bool = Field(True, description="Online policy: visit a K for information (exploring past "
+                                                "warm-up, firming up a thin estimate) only when what it may "
+                                                "gain over the regime's expected length outweighs the visit's "
+                                                "cost.")
     gamma0_mode: Literal["sticky", "sync"] = Field(
         "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
     gamma0_reprobe_steps: int = Field(

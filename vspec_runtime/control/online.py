@@ -29,7 +29,7 @@ Two ways to estimate an arm (``model_guided``):
   its correct drafts come in runs that outlast a step, and per-step position rates measured at one K
   misjudge every other K.
 
-Beyond the reference, three rules keep the estimates honest at little cost:
+Beyond the reference, these rules keep the estimates honest at little cost:
 
 * Thin contenders: a measured arm with fewer than ``confident_samples`` samples whose estimate,
   plus its noise margin, comes within the hysteresis of the best is visited again. Near-tied arms
@@ -40,8 +40,12 @@ Beyond the reference, three rules keep the estimates honest at little cost:
 * Forgetting: when the acceptance model notices a new workload phase, every bucket drops its arm
   costs and measures again. A step's cost depends on the text too (an n-gram drafter fills its
   budget on copy and not on chat), and a stale cost that makes an arm look worse is never revisited.
+* Visit value (``visit_value``): past warm-up, an exploration or a firm-up goes ahead only when what
+  the arm may gain over the steps the regime is expected to last outweighs the visit's cost
+  (``_worth_a_visit``). A short regime is no place for four steps on a clear loser, and a long one
+  can afford a look at a near tie.
 
-A fourth is for model drafters only (``sure_zero``), where every draft token is a forward of the
+One more is for model drafters only (``sure_zero``), where every draft token is a forward of the
 drafter: K>0 goes to 0 at once, past the step limit and before ``evidence_to_stop`` trials, when K=0
 beats every K>0 even at the top of the first draft's plausible acceptance (``_drafting_surely_loses``).
 
@@ -64,8 +68,8 @@ Decision reasons: warmup, prior (a new bucket's first K), explore (an unmeasured
 firm-up (a thin contender visited again), exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
-Size: about 610 lines, an eighth of them this explanation; what is left is the one class, whose rules
-(warm-up, exploration, thin contenders, patience, forgetting, bucket priors) all read and write the same
+Size: about 690 lines, an eighth of them this explanation; what is left is the one class, whose rules
+(warm-up, exploration, thin contenders, visit value, patience, forgetting, bucket priors) all read and write the same
 per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
 bucket_state, coverage).
 """

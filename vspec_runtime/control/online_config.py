@@ -69,7 +69,8 @@ class OnlineConfig:
     sure_zero: bool = False
     # Visit an arm for information (explore past warm-up, firm-up) only when what it may gain, over
     # the steps the regime is expected to last, outweighs what the visit costs (OnlinePolicy._worth_a_visit).
-    visit_value: bool = False
+    # Without it, short regimes (a copied answer of nine steps) paid four-step visits to clear losers.
+    visit_value: bool = True
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):

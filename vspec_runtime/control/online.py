@@ -391,24 +391,21 @@ class OnlinePolicy(Policy):
             if optimistic > best_estimate * (1.0 + self.config.explore_margin)
         }
         best_sd = self._relative_sd(margins[max(estimates, key=estimates.__getitem__)])
-        if candidates and not bucket.warming_up:
-            candidates = {
-                gamma: value for gamma, value in candidates.items()
-                if self._worth_a_visit(bucket, predicted[gamma][0] / best_estimate - 1.0,
-                                       self._relative_sd(predicted[gamma][1] / predicted[gamma][0] - 1.0),
-                                       best_sd)
+        if not bucket.warming_up:
+            leads = {
+                gamma: (point / best_estimate - 1.0, self._relative_sd(optimistic / point - 1.0))
+                for gamma, (point, optimistic) in predicted.items()
             }
+            candidates = self._visits_that_pay(bucket, candidates, leads, best_sd)
         if candidates:
             bucket.exploring = True
             return self._argmax(candidates, current), "warmup" if bucket.warming_up else "explore"
         # Every arm that could win has been measured: warm-up is over. What is left is firming up
         # thin measurements of arms close to the best.
         bucket.warming_up = False
-        contenders = {
-            gamma: value
-            for gamma, value in self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current).items()
-            if self._worth_a_visit(bucket, value / best_estimate - 1.0, self._relative_sd(margins[gamma]), best_sd)
-        }
+        contenders = self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current)
+        leads = {gamma: (estimates[gamma] / best_estimate - 1.0, self._relative_sd(margins[gamma])) for gamma in measured}
+        contenders = self._visits_that_pay(bucket, contenders, leads, best_sd)
         if contenders:
             bucket.exploring = True
             return self._argmax(contenders, current), "firm-up"
@@ -511,6 +508,16 @@ class OnlinePolicy(Policy):
             and bucket.firmed_up_at.get(gamma) != bucket.samples
             and estimates[gamma] * (1.0 + margins[gamma]) >= floor
         }
+
+    def _visits_that_pay(
+        self,
+        bucket: BucketState,
+        visits: dict[int, float],
+        leads: dict[int, tuple[float, float]],
+        best_sd: float,
+    ) -> dict[int, float]:
+        """The ``visits`` (arm -> estimate) worth their cost; ``leads``: arm -> (lead, standard error)."""
+        return {gamma: value for gamma, value in visits.items() if self._worth_a_visit(bucket, *leads[gamma], best_sd)}
 
     def _relative_sd(self, margin: float) -> float:
         """An arm's noise margin (``noise_z`` standard errors, relative) as one standard error."""

@@ -78,7 +78,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import replace
+from statistics import NormalDist
 from typing import Any
 
 from vspec_runtime.control.acceptance import AcceptanceStats
@@ -93,6 +95,8 @@ from vspec_runtime.control.window import ArmWindow, bucket_of
 
 __all__ = ["OnlineConfig", "OnlinePolicy"]
 
+_STANDARD_NORMAL = NormalDist()
+
 
 def upper_rate(rate: float, trials: float, z: float) -> float:
     """Upper end of a rate's plausible range, ``z`` standard errors up (Wilson's score interval,
@@ -101,14 +105,6 @@ def upper_rate(rate: float, trials: float, z: float) -> float:
     centre = rate + z2 / (2.0 * trials)
     spread = z * math.sqrt(rate * (1.0 - rate) / trials + z2 / (4.0 * trials * trials))
     return min(1.0, (centre + spread) / (1.0 + z2 / trials))
-
-
-def _normal_pdf(z: float) -> float:
-    return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-
-
-def _normal_cdf(z: float) -> float:
-    return 0.5 * math.erfc(-z / math.sqrt(2.0))
 
 
 class OnlinePolicy(Policy):
@@ -392,11 +388,10 @@ class OnlinePolicy(Policy):
         }
         best_sd = self._relative_sd(margins[max(estimates, key=estimates.__getitem__)])
         if not bucket.warming_up:
-            leads = {
-                gamma: (point / best_estimate - 1.0, self._relative_sd(optimistic / point - 1.0))
-                for gamma, (point, optimistic) in predicted.items()
-            }
-            candidates = self._visits_that_pay(bucket, candidates, leads, best_sd)
+            candidates = self._visits_that_pay(bucket, candidates, best_sd, lambda gamma: (
+                predicted[gamma][0] / best_estimate - 1.0,
+                self._relative_sd(predicted[gamma][1] / predicted[gamma][0] - 1.0),
+            ))
         if candidates:
             bucket.exploring = True
             return self._argmax(candidates, current), "warmup" if bucket.warming_up else "explore"
@@ -404,8 +399,9 @@ class OnlinePolicy(Policy):
         # thin measurements of arms close to the best.
         bucket.warming_up = False
         contenders = self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current)
-        leads = {gamma: (estimates[gamma] / best_estimate - 1.0, self._relative_sd(margins[gamma])) for gamma in measured}
-        contenders = self._visits_that_pay(bucket, contenders, leads, best_sd)
+        contenders = self._visits_that_pay(bucket, contenders, best_sd, lambda gamma: (
+            estimates[gamma] / best_estimate - 1.0, self._relative_sd(margins[gamma])
+        ))
         if contenders:
             bucket.exploring = True
             return self._argmax(contenders, current), "firm-up"
@@ -513,18 +509,21 @@ class OnlinePolicy(Policy):
         self,
         bucket: BucketState,
         visits: dict[int, float],
-        leads: dict[int, tuple[float, float]],
         best_sd: float,
+        lead_of: Callable[[int], tuple[float, float]],
     ) -> dict[int, float]:
-        """The ``visits`` (arm -> estimate) worth their cost; ``leads``: arm -> (lead, standard error)."""
-        return {gamma: value for gamma, value in visits.items() if self._worth_a_visit(bucket, *leads[gamma], best_sd)}
+        """The ``visits`` (arm -> estimate) worth their cost (all of them without ``visit_value``);
+        ``lead_of(arm)`` is its (lead, standard error) as ``_worth_a_visit`` reads them."""
+        if not self.config.visit_value:
+            return visits
+        return {gamma: value for gamma, value in visits.items() if self._worth_a_visit(bucket, *lead_of(gamma), best_sd)}
 
     def _relative_sd(self, margin: float) -> float:
         """An arm's noise margin (``noise_z`` standard errors, relative) as one standard error."""
         return margin / self.config.noise_z if self.config.noise_z > 0.0 else 0.0
 
     def _worth_a_visit(self, bucket: BucketState, lead: float, arm_sd: float, best_sd: float) -> bool:
-        """With ``visit_value``: whether an information visit to an arm pays for itself.
+        """Whether an information visit to an arm pays for itself.
 
         ``lead`` is the arm's estimate relative to the best's, minus one (-0.12: 12% behind), and the
         two standard errors say how far the truth may lie from it. The visit costs ``-lead`` per step
@@ -532,21 +531,17 @@ class OnlinePolicy(Policy):
         arm truly beats the best (the positive part of a normal), on every step the regime has left.
         A regime's remaining length is guessed as its age (at least one window): a workload that has
         lasted long will likely last long, and a short one is no place to spend steps on a near-tie.
-        Without the setting every visit the other rules ask for goes ahead.
-
         Both sides are in steps of the best arm's goodput. On the demo's copy@1 the rules visited K=5
         (12% behind K=6, its two standard errors about 9%) for four steps in rounds of nine: over a
         32-step horizon the visit may gain 0.002 steps and costs 0.5. A real near-tie (1% behind, 3%
         standard error) may gain 0.24 and costs 0.04: still visited.
         """
-        if not self.config.visit_value:
-            return True
         spread = math.hypot(arm_sd, best_sd)
         if spread <= 0.0:
             gain = max(lead, 0.0)
         else:
             z = lead / spread
-            gain = spread * _normal_pdf(z) + lead * _normal_cdf(z)
+            gain = spread * _STANDARD_NORMAL.pdf(z) + lead * _STANDARD_NORMAL.cdf(z)
         horizon = max(bucket.regime_age, self.config.window)
         return gain * horizon >= max(-lead, 0.0) * self.rules.control_interval
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,87 @@ def test_a_profile_policy_is_checked_against_online(tmp_path, profile_seconds, o
     assert (mine[0]["value"] >= 0.98) is ok and mine[0]["verdict"] == "not resolved"
 
 
+def _cells_run(policy: str, seconds: dict[str, list[float]], repeat: int = 0) -> EngineRun:
+    """One interleaved repeat of one policy over several cells: cell key -> seconds per round."""
+    phases = [{"cell": cell, "name": f"{cell}#{r + 1}", "kind": "w", "batch": 2, "round": r, "elapsed_s": sec,
+               "started_at": 0.0, "ended_at": sec, "output_tokens": 100, "selections": {}, "counters": {}}
+              for cell, rounds in seconds.items() for r, sec in enumerate(rounds)]
+    return EngineRun(policy, repeat, 0, ok=True, wall_s=1.0, log="", phases=phases, outputs=[[[1]]] * len(phases))
+
+
+def _four_cells_with_online_two_percent_ahead(repeat: int = 0) -> tuple[list, list[Cell], list[EngineRun]]:
+    """Four cells whose speed-ups differ (copy 2x target-only, chat 0.9x), each drifting 2x across six
+    rounds, and online 2% ahead of fixed:3 in each with +-2.5% noise of its own per round."""
+    policies = parse_policies("target-only,fixed:3,online")
+    cells = [_cell(name) for name in ("copy", "code", "chat", "mixed")]
+    speed_up = {"copy@2": 2.0, "code@2": 1.2, "chat@2": 0.9, "mixed@2": 1.4}
+    drift = [1.0, 1.4, 0.7, 2.0, 1.1, 0.9]
+    jitter = [1.025, 0.975, 1.02, 0.98, 1.0, 1.0]
+    fixed = {cell: [d / up for d in drift] for cell, up in speed_up.items()}
+    online = {cell: [f / 1.02 * j for f, j in zip(rounds, jitter)] for cell, rounds in fixed.items()}
+    runs = [_cells_run("target-only", {cell: drift for cell in speed_up}, repeat),
+            _cells_run("fixed:3", fixed, repeat), _cells_run("online", online, repeat)]
+    return policies, cells, runs
+
+
+def test_pooled_over_cells_resolves_a_two_percent_lead_no_single_cell_does():
+    policies, cells, runs = _four_cells_with_online_two_percent_ahead()
+    summaries = stats.summarise(policies, cells, runs)
+    for cell in summaries:
+        per_cell = cell["policies"]["online"]["paired_best_fixed"]
+        assert per_cell["low"] < 1.0 < per_cell["high"], f"{cell['cell']} alone should not resolve 2%"
+    pooled = {(p["policy"], p["reference"]): p for p in stats.pooled(summaries, runs)}
+    lead = pooled[("online", "best_fixed")]
+    assert lead["pairs"] == 24 and lead["cells"] == 4
+    assert lead["ratio"] == pytest.approx(1.02, rel=0.002)
+    assert 1.0 < lead["low"] < lead["ratio"] < lead["high"] < 1.04
+    # The cells' own speed-ups (2x on copy, 0.9x on chat) are what is measured, not noise: they move
+    # the pooled ratio to target-only but do not widen its interval beyond the rounds' own spread.
+    against_target = pooled[("online", "target_only")]
+    geometric_mean_speed_up = math.exp(statistics.fmean(math.log(u * 1.02) for u in (2.0, 1.2, 0.9, 1.4)))
+    assert against_target["ratio"] == pytest.approx(geometric_mean_speed_up, rel=0.002)
+    assert against_target["high"] / against_target["low"] < 1.04
+    # A policy is never pooled against itself as a reference; the best fixed K is, at ratio 1.
+    assert ("online", "online") not in pooled and ("target-only", "target_only") not in pooled
+    assert pooled[("fixed:3", "best_fixed")]["ratio"] == pytest.approx(1.0)
+
+
+def test_pooled_lines_read_back_from_results_json_and_add_up_over_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from vspec_cli.benchlib import report
+
+    policies, cells, runs = _four_cells_with_online_two_percent_ahead()
+    summaries = stats.summarise(policies, cells, runs)
+    folders = []
+    for name in ("run-a", "run-b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        document = {"cells": summaries, "runs": [run.record() for run in runs]}
+        (folder / "results.json").write_text(json.dumps(document))
+        folders.append(str(folder))
+    read_back = stats.pooled(summaries, [EngineRun.from_record(r) for r in document["runs"]])
+    assert read_back == stats.pooled(summaries, runs)
+    (line,) = [line for line in report.pooled_lines({"pooled": read_back}) if line.startswith("online:")]
+    assert "x best fixed K 1.020x [" in line and line.endswith("(24 pairs in 4 cells)")
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pool_runs.py"
+    done = subprocess.run([sys.executable, str(script), *folders], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (both,) = [line for line in done.stdout.splitlines() if line.startswith("online:")]
+    assert "x best fixed K 1.020x [" in both and both.endswith("(48 pairs in 8 cells)")
+    missing = subprocess.run([sys.executable, str(script), str(tmp_path / "nowhere")], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 1 and "no results.json in" in missing.stderr
+
+
+def test_a_single_cell_bench_reports_no_pooled_lines():
+    policies, cells, runs = _four_cells_with_online_two_percent_ahead()
+    (only,) = stats.summarise(policies, cells[:1], runs)
+    assert stats.pooled([only], runs) == []
+
+
 def test_failed_runs_leave_gaps_not_crashes():
     policies = parse_policies("target-only,fixed:2")
     failed = EngineRun("fixed:2", 0, 1, ok=False, wall_s=1.0, log="", error="boom")
@@ -341,7 +423,8 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path, mode, policie
     assert document == json.loads((out / "results.json").read_text()) | {"schema": document["schema"]}
     assert document["schema"] == "vspec/bench/1"
     assert {"command", "versions", "machine", "settings", "policies", "workloads", "cells", "checks", "runs",
-            "files"} <= set(document)
+            "files", "pooled"} <= set(document)
+    assert document["pooled"] == []  # one cell: its own intervals say it all
     assert document["command"].startswith("vspec bench ") and f"--policies {policies}" in document["command"]
     assert document["versions"]["vllm"] and document["machine"]["cpu_count"]
     labels = policies.split(",")

@@ -41,10 +41,13 @@ Key = tuple[int, int]  # (repeat, round)
 
 def paired_ratio(values: dict[Key, float], reference: dict[Key, float]) -> Optional[dict[str, Any]]:
     """Geometric-mean ratio values/reference over the rounds both ran, with its 95% interval."""
+    return log_ratio_interval(paired_logs(values, reference))
+
+
+def paired_logs(values: dict[Key, float], reference: dict[Key, float]) -> list[float]:
+    """log(values/reference) for every round both ran, in round order."""
     keys = sorted(k for k in values if k in reference and values[k] > 0 and reference[k] > 0)
-    if not keys:
-        return None
-    return log_ratio_interval([math.log(values[k] / reference[k]) for k in keys])
+    return [math.log(values[k] / reference[k]) for k in keys]
 
 
 def log_ratio_interval(logs: list[float]) -> Optional[dict[str, Any]]:
@@ -58,6 +61,33 @@ def log_ratio_interval(logs: list[float]) -> Optional[dict[str, Any]]:
     half = t975(len(logs) - 1) * sd / math.sqrt(len(logs))
     return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half),
             "pairs": len(logs), "sd_log": sd, "pairs_for_2pct": rounds_for(sd, 0.02)}
+
+
+def stratified_interval(strata: list[list[float]]) -> Optional[dict[str, Any]]:
+    """One ratio over several cells at once: the mean log ratio of all their pairs, with a 95% interval.
+
+    Each cell (stratum) is its own set of paired rounds, and cells differ in their true ratio (copy
+    gains where chat does not), so the pairs are not one sample: the estimate is the pairs-weighted
+    mean of the cells' means (which is the plain mean over all pairs), and its variance adds up each
+    cell's own sampling variance, weight^2 * sd^2 / n. The differences *between* cells are part of
+    what is measured (this set of cells), not noise, so they do not widen the interval; the degrees
+    of freedom come from Welch-Satterthwaite. Cells with fewer than two pairs have no spread to add
+    and are left out.
+    """
+    usable = [logs for logs in strata if len(logs) >= 2]
+    total = sum(len(logs) for logs in usable)
+    if not total:
+        return None
+    mean = sum(math.fsum(logs) for logs in usable) / total
+    parts = [(len(logs) / total) ** 2 * statistics.variance(logs) / len(logs) for logs in usable]
+    variance = math.fsum(parts)
+    if variance <= 0:
+        return {"ratio": math.exp(mean), "low": math.exp(mean), "high": math.exp(mean), "pairs": total,
+                "cells": len(usable)}
+    df = variance ** 2 / math.fsum(part ** 2 / (len(logs) - 1) for part, logs in zip(parts, usable))
+    half = t975(int(df)) * math.sqrt(variance)
+    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "pairs": total,
+            "cells": len(usable)}
 
 
 def rounds_for(sd_log: float, half_width: float) -> int:

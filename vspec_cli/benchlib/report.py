@@ -191,6 +191,23 @@ def pairs_line(cells: list[dict[str, Any]]) -> Optional[str]:
             f"({worst[2]}; this run had {worst[1]})")
 
 
+def pooled_lines(document: dict[str, Any]) -> list[str]:
+    """One line per policy: its ratios over every cell at once (stats.pooled), when the bench had several."""
+    from vspec_cli.benchlib.stats import POOLED_REFERENCES
+
+    by_policy: dict[str, dict[str, dict[str, Any]]] = {}
+    for entry in document.get("pooled") or []:
+        by_policy.setdefault(entry["policy"], {})[entry["reference"]] = entry
+    lines = []
+    for policy, entries in by_policy.items():
+        found = [(name, entries[key]) for key, name in POOLED_REFERENCES if key in entries]
+        parts = [f"{name} {_fmt_interval(e['ratio'], e['low'], e['high'], digits=3)}" for name, e in found]
+        sizes = {(e["pairs"], e["cells"]) for _, e in found}
+        size = f" ({found[0][1]['pairs']} pairs in {found[0][1]['cells']} cells)" if len(sizes) == 1 else ""
+        lines.append(f"{policy}: " + "; ".join(parts) + size)
+    return lines
+
+
 def headroom_lines(cells: list[dict[str, Any]]) -> list[str]:
     """The phase oracle of each non-stationary cell (benchlib/headroom.py), one line each."""
     return [line for line in map(headroom_line, cells) if line]
@@ -228,10 +245,10 @@ def _fmt_check(check: dict[str, Any]) -> str:
     return text
 
 
-def _fmt_interval(value: Optional[float], low: Optional[float], high: Optional[float]) -> str:
+def _fmt_interval(value: Optional[float], low: Optional[float], high: Optional[float], digits: int = 2) -> str:
     if low is None or high is None:
-        return fmt(value, 2, "x")
-    return f"{value:.2f}x [{low:.2f}-{high:.2f}]"
+        return fmt(value, digits, "x")
+    return f"{value:.{digits}f}x [{low:.{digits}f}-{high:.{digits}f}]"
 
 
 def _mode_text(settings: dict[str, Any]) -> str:
@@ -272,6 +289,13 @@ def markdown(document: dict[str, Any]) -> str:
     needs = pairs_line(document["cells"])
     if needs:
         out += ["", needs]
+    pooled = pooled_lines(document)
+    if pooled:
+        out += ["", "## Pooled over cells", "",
+                "Each policy's ratio over every round of every cell at once: the mean of the paired log ratios, "
+                "with an interval from each cell's own spread (vspec_cli/benchlib/paired.py, "
+                "`stratified_interval`). It resolves what one cell cannot, for these cells together.", ""]
+        out += [f"- {line}" for line in pooled]
     rooms = headroom_lines(document["cells"])
     if rooms:
         out += ["", "## Headroom of the non-stationary cells", ""] + [f"- {line}" for line in rooms]

@@ -117,6 +117,14 @@ class EngineRun:
                 "error": self.error, "wall_s": round(self.wall_s, 3), "engine_ready_s": self.engine_ready_s,
                 "load_average": self.load_average, "log": self.log, "phases": self.phases}
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "EngineRun":
+        """A run read back from results.json: its timings, without outputs or trace."""
+        return cls(policy=record["policy"], repeat=record["repeat"] - 1, position=record["position"] - 1,
+                   ok=record["ok"], wall_s=record["wall_s"], log=record["log"], error=record.get("error"),
+                   engine_ready_s=record.get("engine_ready_s"), load_average=record.get("load_average"),
+                   phases=record.get("phases", []))
+
 
 def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
     plan.specs()

@@ -71,6 +71,7 @@ def execute(plan: BenchPlan, *, rounds: int, batches: list[int], command: str, o
         started=started, finished=finished, command=command, settings=settings_of(plan, rounds, batches),
         environment=environment, policies=policies, workloads=list(seen.values()), cells=cells,
         checks=found_checks, runs=[r.record() for r in runs], files=files)
+    document["pooled"] = stats.pooled(cells, runs)
     report.write_json(document, out / "results.json")
     write_text_atomic(out / "results.md", report.markdown(document))
     return document
@@ -80,7 +81,7 @@ def rerender(out_dir: Path) -> dict[str, Any]:
     """Redraw the plots and rewrite results.md from a finished bench's results.json and traces/."""
     import json
 
-    from vspec_cli.benchlib.runner import file_label
+    from vspec_cli.benchlib.runner import EngineRun, file_label
 
     document = json.loads((out_dir / "results.json").read_text())
     settings = document["settings"]
@@ -99,6 +100,7 @@ def rerender(out_dir: Path) -> dict[str, Any]:
         if k_plot:
             found.append(str(k_plot))
     document["files"]["plots"] = found
+    document["pooled"] = stats.pooled(document["cells"], [EngineRun.from_record(r) for r in document["runs"]])
     report.write_json(document, out_dir / "results.json")
     write_text_atomic(out_dir / "results.md", report.markdown(document))
     return document

@@ -88,6 +88,48 @@ def round_rates(runs: list[EngineRun], cell_key: str) -> dict[paired.Key, float]
     return {key: tokens[key] / elapsed[key] for key in tokens if elapsed[key] > 0}
 
 
+# The references a policy is pooled against over all cells: (results key, display name).
+POOLED_REFERENCES = (("target_only", "x target-only"), ("best_fixed", "x best fixed K"), ("online", "x online"))
+
+
+def pooled_logs(summaries: list[dict[str, Any]], runs: list[EngineRun]) -> dict[tuple[str, str], list[list[float]]]:
+    """Per (policy, reference): each cell's paired log ratios, one list per cell.
+
+    References: target-only, the cell's best fixed K (itself included, at ratio 1) and online. A
+    policy is not pooled against itself as target-only or online.
+    """
+    ok_runs = [run for run in runs if run.ok]
+    labels = list(dict.fromkeys(run.policy for run in ok_runs))
+    strata: dict[tuple[str, str], list[list[float]]] = {}
+    for cell in summaries:
+        rates = {label: round_rates([r for r in ok_runs if r.policy == label], cell["cell"]) for label in labels}
+        named = {"target_only": TARGET_ONLY, "best_fixed": cell.get("best_fixed"), "online": ONLINE}
+        for label in labels:
+            for key, reference in named.items():
+                if reference is None or reference not in rates or (key != "best_fixed" and reference == label):
+                    continue
+                logs = paired.paired_logs(rates[label], rates[reference])
+                if logs:
+                    strata.setdefault((label, key), []).append(logs)
+    return strata
+
+
+def pooled(summaries: list[dict[str, Any]], runs: list[EngineRun]) -> list[dict[str, Any]]:
+    """Each policy's ratio to each reference over every cell at once (paired.stratified_interval).
+
+    One cell resolves a few percent; a controller change worth 1% shows only over many cells' rounds
+    together. Empty when the bench had a single cell (the cell's own interval says it all).
+    """
+    if len(summaries) < 2:
+        return []
+    found = []
+    for (label, reference), strata in pooled_logs(summaries, runs).items():
+        interval = paired.stratified_interval(strata)
+        if interval:
+            found.append({"policy": label, "reference": reference, **interval})
+    return found
+
+
 def _paired_columns(rows: dict[str, dict[str, Any]], runs_by_label: dict[str, list[EngineRun]],
                     cell: Cell) -> Optional[str]:
     """Adds paired_target_only / paired_best_fixed / paired_online to each row; returns the best fixed."""

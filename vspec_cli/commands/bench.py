@@ -239,7 +239,8 @@ class _Progress:
 def _render(document: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from vspec_cli.benchlib.report import checks_lines, headroom_lines, pairs_line, table_columns, table_rows
+    from vspec_cli.benchlib.report import (checks_lines, headroom_lines, pairs_line, pooled_lines, table_columns,
+                                           table_rows)
 
     table = Table(*table_columns(document["cells"]), title="vspec bench", title_justify="left")
     previous = None
@@ -252,6 +253,8 @@ def _render(document: dict[str, Any]) -> None:
     needs = pairs_line(document["cells"])
     if needs:
         _output.stdout.print(needs, highlight=False)
+    for line in pooled_lines(document):
+        _output.stdout.print(f"pooled over cells, {line}", highlight=False)
     for line in headroom_lines(document["cells"]):
         _output.stdout.print(line, highlight=False)
     for line in checks_lines(document["checks"]):

@@ -1,0 +1,37 @@
+"""Pool several finished bench runs: each policy's ratios over every cell of every run at once.
+
+Usage: .venv/bin/python benchmarks/pool_runs.py bench-out/reference-28 bench-out/reference-29
+
+`vspec bench` prints the same lines for one run ("pooled over cells"); this adds runs of the same
+command together, each run's cells as strata of their own (vspec_cli/benchlib/paired.py,
+`stratified_interval`), to resolve what one run cannot.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from vspec_cli.benchlib import paired, stats
+from vspec_cli.benchlib.report import pooled_lines
+from vspec_cli.benchlib.runner import EngineRun
+
+
+def pooled_over_runs(folders: list[Path]) -> list[dict]:
+    strata: dict[tuple[str, str], list[list[float]]] = {}
+    for folder in folders:
+        document = json.loads((folder / "results.json").read_text())
+        runs = [EngineRun.from_record(record) for record in document["runs"]]
+        for key, found in stats.pooled_logs(document["cells"], runs).items():
+            strata.setdefault(key, []).extend(found)
+    return [{"policy": label, "reference": reference, **interval}
+            for (label, reference), cells in strata.items() if (interval := paired.stratified_interval(cells))]
+
+
+if __name__ == "__main__":
+    folders = [Path(arg) for arg in sys.argv[1:]]
+    if not folders:
+        sys.exit(__doc__)
+    missing = [str(f) for f in folders if not (f / "results.json").is_file()]
+    if missing:
+        sys.exit(f"no results.json in: {', '.join(missing)}")
+    print("\n".join(pooled_lines({"pooled": pooled_over_runs(folders)})))

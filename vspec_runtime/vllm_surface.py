@@ -187,6 +187,11 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.config.cache:CacheConfig.enable_prefix_caching", "field", "prompt blocks a K=0 step leaves without drafter values must not be reused (K=0 fast path; the scheduler mirrors it)", None, ADAPTIVE),
     Sym(f"{_SCHED}.cache_config", "attribute", "whether prefix caching is on: the controller's record of which requests can still draft", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.use_async_scheduling", "attribute", "the K=0 fast path never skips a model drafter under async scheduling (the next step needs its pass)", None, ADAPTIVE),
+    # --- n-gram kernels compiled at start-up (vspec_runtime/patches/ngram_jit_warmup.py) ---
+    Sym("vllm.v1.spec_decode.ngram_proposer:NgramProposer", "class", "its __init__ is patched (n-gram JIT warm-up): one real proposal after vLLM's own warm-up, which compiles nothing", ("vllm_config",), ("ngram",)),
+    Sym("vllm.v1.spec_decode.ngram_proposer:NgramProposer.propose", "function", "the n-gram JIT warm-up proposes once on a one-row context", ("num_speculative_tokens", "sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu"), ("ngram",)),
+    Sym("vllm.v1.spec_decode.ngram_proposer:NgramProposer.valid_ngram_num_drafts", "attribute", "the n-gram JIT warm-up leaves the proposer's draft counts at zero", None, ("ngram",)),
+    Sym("vllm.v1.spec_decode.ngram_proposer:batch_propose_numba", "function", "the numba kernel the n-gram JIT warm-up compiles (through propose)", None, ("ngram",)),
     # --- offline engine runs for `vspec bench` and `vspec profile` (vspec_cli/offline_run.py) ---
     Sym("vllm.entrypoints.llm:LLM.get_metrics", "function", "the bench reads vLLM's counters from it after each phase", (), CORE),
     Sym("vllm.v1.metrics.reader:Metric.name", "field", "the bench picks its counters by metric name", None, CORE),

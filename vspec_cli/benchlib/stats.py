@@ -220,13 +220,21 @@ def _policy_cell(policy: BenchPolicy, cell: Cell, runs: list[EngineRun],
 
 
 def checks(policies: list[BenchPolicy], summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Where each adaptive policy stands against the product targets, cell by cell."""
+    """Where each adaptive policy stands against the product targets, cell by cell.
+
+    A target whose reference did not run at all (no ``fixed:K`` in a K=0 bench) is left out rather
+    than reported as "not measured" in every cell."""
+    labels = [p.label for p in policies]
+    ran = {"best_fixed": any(label.startswith("fixed:") for label in labels),
+           "target_only": TARGET_ONLY in labels, "online": ONLINE in labels}
     found = []
     for policy in (p for p in policies if p.adaptive):
         for cell in summaries:
             row = cell["policies"][policy.label]
             for reference, threshold, only_workload, only_kind, name in CHECKS:
                 if (only_workload and cell["workload"] != only_workload) or (only_kind and policy.kind != only_kind):
+                    continue
+                if not ran[reference]:
                     continue
                 interval = row.get(f"paired_{reference}")
                 value = interval["ratio"] if interval else row[f"ratio_{reference}"]

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import register_cpu_kernel_overrides
+
 pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
 def sampler():
     import torch  # noqa: F401 - vLLM's CPU ops need torch first
-    from vllm.platforms import current_platform
     from vllm.v1.sample import rejection_sampler
 
     from vspec_runtime.patches import cpu_expand_kernel
 
-    current_platform.register_triton_kernel_overrides()  # as a worker does, before or after the patch
+    register_cpu_kernel_overrides()  # as a worker does, before or after the patch
     cpu_expand_kernel.install(None)
     return rejection_sampler
 

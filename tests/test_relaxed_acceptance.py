@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import QWEN2_MAX_TOKENS, qwen2_request, qwen2_spec, run_offline
+from conftest import QWEN2_MAX_TOKENS, qwen2_request, qwen2_spec, register_cpu_kernel_overrides, run_offline
 
 from vspec_runtime.patches import _base
 from vspec_runtime.patches._relaxed import RelaxedRule, generated_tokens
@@ -30,10 +30,9 @@ BONUS = 7
 @pytest.fixture(scope="module")
 def sampler_module():
     import torch  # noqa: F401 - vLLM's CPU kernels need torch loaded first
-    from vllm.platforms import current_platform
     from vllm.v1.sample import rejection_sampler
 
-    current_platform.register_triton_kernel_overrides()  # the CPU kernels, as a worker does
+    register_cpu_kernel_overrides()  # the CPU kernels, as a worker does
     return rejection_sampler
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from vspec_cli.benchlib import paired, stats
+from vspec_cli.benchlib import stats
 from vspec_cli.benchlib.report import pooled_lines
 from vspec_cli.benchlib.runner import EngineRun
 
@@ -23,8 +23,7 @@ def pooled_over_runs(folders: list[Path]) -> list[dict]:
         runs = [EngineRun.from_record(record) for record in document["runs"]]
         for key, found in stats.pooled_logs(document["cells"], runs).items():
             strata.setdefault(key, []).extend(found)
-    return [{"policy": label, "reference": reference, **interval}
-            for (label, reference), cells in strata.items() if (interval := paired.stratified_interval(cells))]
+    return stats.pooled_intervals(strata)
 
 
 if __name__ == "__main__":

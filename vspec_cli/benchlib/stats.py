@@ -122,9 +122,14 @@ def pooled(summaries: list[dict[str, Any]], runs: list[EngineRun]) -> list[dict[
     """
     if len(summaries) < 2:
         return []
+    return pooled_intervals(pooled_logs(summaries, runs))
+
+
+def pooled_intervals(strata: dict[tuple[str, str], list[list[float]]]) -> list[dict[str, Any]]:
+    """``pooled_logs`` (of one run, or several added together) -> one interval per policy and reference."""
     found = []
-    for (label, reference), strata in pooled_logs(summaries, runs).items():
-        interval = paired.stratified_interval(strata)
+    for (label, reference), cells in strata.items():
+        interval = paired.stratified_interval(cells)
         if interval:
             found.append({"policy": label, "reference": reference, **interval})
     return found

@@ -231,6 +231,15 @@ class AdaptiveHooks:
         batch_estimate = vllm_adapter.drafting_batch_size(self)
         self._set_gamma(self._vspec.choose_gamma(batch_estimate))
 
+    def vspec_drafts_pending(self) -> bool:
+        """Whether the step that just ran may have left drafts in the model runner.
+
+        False when vspec scheduled it with K=0: the drafter was asked for no tokens, so the engine
+        core's hand-over (a round trip to the worker, ``EngineCore.post_step``) would bring back empty
+        lists; the ``k0-draft-handover`` patch skips it then. True whenever vspec is not steering K
+        (no controller, or a faulted one), so vLLM's hand-over runs as shipped."""
+        return self._vspec is None or self._vspec_drafting_k > 0
+
     def _set_gamma(self, gamma: int) -> None:
         lookup = self.dynamic_sd_lookup
         gamma = clamp_gamma(gamma, 0, self.num_spec_tokens)

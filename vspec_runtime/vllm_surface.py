@@ -187,6 +187,9 @@ SURFACE: tuple[Sym, ...] = (
     Sym("vllm.config.cache:CacheConfig.enable_prefix_caching", "field", "prompt blocks a K=0 step leaves without drafter values must not be reused (K=0 fast path; the scheduler mirrors it)", None, ADAPTIVE),
     Sym(f"{_SCHED}.cache_config", "attribute", "whether prefix caching is on: the controller's record of which requests can still draft", None, ADAPTIVE),
     Sym("vllm.v1.worker.gpu_model_runner:GPUModelRunner.use_async_scheduling", "attribute", "the K=0 fast path never skips a model drafter under async scheduling (the next step needs its pass)", None, ADAPTIVE),
+    # --- no draft hand-over after a K=0 step (vspec_runtime/patches/k0_draft_handover.py) ---
+    Sym("vllm.v1.engine.core:EngineCore.post_step", "function", "patched (K=0 draft hand-over): after a step that drafted nothing the engine core does not fetch drafts from the worker", ("model_executed",), ADAPTIVE),
+    Sym("vllm.v1.engine.core:EngineCore.scheduler", "attribute", "the K=0 draft hand-over asks vspec's scheduler whether the step just run drafted", None, ADAPTIVE),
     # --- n-gram kernels compiled at start-up (vspec_runtime/patches/ngram_jit_warmup.py) ---
     Sym("vllm.v1.spec_decode.ngram_proposer:NgramProposer", "class", "its __init__ is patched (n-gram JIT warm-up): one real proposal after vLLM's own warm-up, which compiles nothing", ("vllm_config",), ("ngram",)),
     Sym("vllm.v1.spec_decode.ngram_proposer:NgramProposer.propose", "function", "the n-gram JIT warm-up proposes once on a one-row context", ("num_speculative_tokens", "sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu"), ("ngram",)),

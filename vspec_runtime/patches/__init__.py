@@ -28,6 +28,7 @@ or gives the targets itself; `vspec doctor --preset P` checks them for every ext
   relaxed-acceptance               patch     rejection_sampler.rejection_sample               relaxed.margin or .topk
   relaxed-acceptance-token-counts  patch     GPUModelRunner._sample                           relaxed, after_tokens > 0
   k0-fast-path                     patch     GPUModelRunner._sample, .propose_draft_token_ids adaptive K
+  k0-draft-handover                patch     EngineCore.post_step                             adaptive K
   dp-dynamic-k                     patch     VllmConfig._maybe_disable_dynamic_sd_for_data_p. adaptive K
   ngram-jit-warmup                 patch     NgramProposer.__init__                           the n-gram method
   vllm-version-lookup              shim      importlib.metadata.version("vllm") (CPU wheel)   vllm's metadata is missing
@@ -128,6 +129,9 @@ REGISTRY: tuple[Extension, ...] = (
               "relaxed acceptance with relaxed.after_tokens > 0", "GENERATED_SYMBOLS"),
     Extension("k0-fast-path", "patch", "vspec_runtime.patches.k0_fast_path", "install", _adaptive,
               "K=0 steps skip the rejection sampler, spec-decode metadata and the drafter: target-only cost", "adaptive K (adaptive.enabled)"),
+    Extension("k0-draft-handover", "patch", "vspec_runtime.patches.k0_draft_handover", "install", _adaptive,
+              "after a K=0 step the engine core still fetched the (empty) drafts from the worker: a round trip a step",
+              "adaptive K (adaptive.enabled)"),
     Extension("dp-dynamic-k", "patch", "vspec_runtime.patches.dp_dynamic_k", "install", _adaptive,
               "vLLM drops per-step K under data parallelism; dense models' DP ranks are independent and keep it",
               "adaptive K (adaptive.enabled)"),

@@ -164,6 +164,32 @@ def test_k0_steps_take_the_fast_path(speculative_run, method, mode, line):
     assert result["stderr"].count(f"vspec patch k0-fast-path live: {line}") == 1
 
 
+def test_after_a_k0_step_the_engine_core_skips_the_empty_draft_handover(speculative_run):
+    """The draft model under "sync" K=0 runs its pass at K=0 and returns no drafts: the engine core
+    does not fetch them (k0-draft-handover); the engine process says so once."""
+    result = speculative_run("draft", "changing-k")
+    assert any(step["gamma"] == 0 for step in result["trace"]), "K was never 0"
+    line = "vspec patch k0-draft-handover live: a step that drafted nothing skipped the draft hand-over"
+    assert result["stderr"].count(line) == 1
+
+
+def test_skipping_the_k0_draft_handover_loses_no_draft(speculative_run, tiny_models, tmp_path, monkeypatch):
+    """The same K script (1, 4, 0, 2, ...) with vLLM's hand-over after every step: exactly the same
+    drafts verified and accepted, and the same tokens. A skipped hand-over that held real drafts (K
+    coming back after 0) would show as fewer drafts verified here."""
+    with_patch = speculative_run("draft", "changing-k")
+    monkeypatch.setenv("VSPEC_DISABLE_PATCHES", "k0-draft-handover")
+    target, drafter = str(tiny_models["llama"]), str(tiny_models["llama-first-layer"])
+    adaptive = dict(CHANGING_K, per_request=False)
+    without = generate(tmp_path, spec("draft", target, drafter, adaptive), target, drafter, batch_sampling=CAPS)
+
+    assert "k0-draft-handover live" not in without["stderr"]
+    assert token_ids(without) == token_ids(with_patch)
+    for counter in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                    "vllm:spec_decode_num_accepted_tokens"):
+        assert without["counters"][counter] == with_patch["counters"][counter] > 0, counter
+
+
 def test_with_prefix_caching_on_a_k0_prompt_step_still_runs_the_drafter(speculative_run):
     """The prompt blocks may serve later requests that draft: their drafter values must be there. The
     two engines run the same K script, so the one with prefix caching met the same K=0 prompt steps."""

@@ -20,6 +20,7 @@ import functools
 import logging
 from collections import deque
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 import pytest
@@ -136,15 +137,26 @@ class StepRecord:
     verified: dict[str, int]  # request -> drafts verified in the step
     made_with: set[int]  # K the verified drafts of the step's decoding requests were made with
     served: tuple[str, ...] = ()  # the requests whose output vLLM keeps (not finished before it arrived)
+    handed_over: bool = False  # the engine core fetched the step's drafts from the model runner
     vllm_drafted: int = 0  # vLLM's own counters for the step (SpecDecodingStats)
     vllm_accepted: int = 0
     seen: list[Any] = field(default_factory=list)  # StepFeedback the controller passed to its policy
 
 
+def engine_core_post_step():
+    """vLLM's own ``EngineCore.post_step`` (the draft hand-over) under vspec's k0-draft-handover patch."""
+    from vllm.v1.engine.core import EngineCore
+
+    from vspec_runtime.patches import _base, k0_draft_handover
+
+    return k0_draft_handover._make_post_step(_base.original_of(EngineCore, "post_step"))
+
+
 class EngineLoop:
-    """vLLM's EngineCore.step (sync) or step_with_batch_queue (async: two steps in flight), with a
-    model runner that accepts ``ACCEPTS[request id prefix]`` drafts of each request and, under sync
-    scheduling, hands back ``draft_len(request id, K)`` drafts (the n-gram drafter may find fewer)."""
+    """vLLM's EngineCore.step (sync) or step_with_batch_queue (async: two steps in flight), then its
+    post_step, with a model runner that accepts ``ACCEPTS[request id prefix]`` drafts of each request
+    and, under sync scheduling, hands back ``draft_len(request id, K)`` drafts (the n-gram drafter may
+    find fewer) when the engine core asks for them."""
 
     def __init__(self, scheduler, draft_len: Callable[[str, int], int] = lambda rid, k: k):
         self.scheduler = scheduler
@@ -158,6 +170,12 @@ class EngineLoop:
         self.chosen: list[int] = []  # K the controller returned, per schedule()
         self.stale_outputs = 0  # outputs of requests that had already finished (async)
         self._spy_on_controller()
+        # What EngineCore.post_step reads of its engine core; the executor's hand-over is the model runner's.
+        self.engine_core = SimpleNamespace(
+            scheduler=scheduler, check_for_draft_tokens=True, async_scheduling=self.is_async,
+            model_executor=SimpleNamespace(take_draft_token_ids=self.take_draft_token_ids))
+        self.post_step = engine_core_post_step()
+        self.runner_drafts = None  # drafts the model runner made at the end of the last step
 
     def _spy_on_controller(self):
         controller = self.scheduler._vspec
@@ -194,8 +212,14 @@ class EngineLoop:
         scheduled = self.scheduler.schedule()
         runner_output, record = self.execute(scheduled)
         self.process(scheduled, runner_output, record)
-        if scheduled.total_num_scheduled_tokens > 0:  # post_step: the drafts made at the end of the step
-            self.scheduler.update_draft_token_ids(self.drafts(scheduled))
+        self.runner_drafts = self.drafts(scheduled)
+        self.post_step(self.engine_core, scheduled.total_num_scheduled_tokens > 0)
+
+    def take_draft_token_ids(self):
+        """The executor's hand-over: the drafts made at the end of the last step, for the scheduler."""
+        self.records[-1].handed_over = True
+        drafts, self.runner_drafts = self.runner_drafts, None
+        return drafts
 
     def step_async(self):
         if self.scheduler.has_requests():
@@ -206,6 +230,7 @@ class EngineLoop:
         elif not self.in_flight:
             return
         self.process(*self.in_flight.pop())
+        self.post_step(self.engine_core, True)  # under async vLLM hands nothing over here
 
     def execute(self, scheduled):
         """The model runner: verify each request's drafts, sample, and draft K for the next step."""
@@ -311,6 +336,25 @@ def test_the_controllers_k_reaches_every_step_and_the_drafts_of_the_next(monkeyp
             (made_with,) = record.made_with
             assert all(count == made_with for count in record.verified.values()), record
             assert record.verified or made_with == 0, record
+    assert_everyone_finished(loop, requests)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_the_engine_core_fetches_drafts_only_after_steps_that_drafted(monkeypatch, model_dir, base):
+    """k0-draft-handover: after a K=0 step the hand-over (a round trip to the worker) is skipped; after
+    every other step it runs, so the drafts of K coming back reach the next step (checked above)."""
+    scheduler = make_scheduler(monkeypatch, model_dir, base)
+    loop = EngineLoop(scheduler)
+    requests = three_requests()
+    loop.add(*requests)
+    loop.run()
+
+    ran = [record for record in loop.records if record.batch]
+    assert {record.k_asked for record in ran} >= {0, 1}
+    if base == "sync":
+        assert all(record.handed_over == (record.k_asked > 0) for record in ran)
+    else:  # the model runner keeps its drafts: vLLM never hands them over in post_step
+        assert not any(record.handed_over for record in loop.records)
     assert_everyone_finished(loop, requests)
 
 

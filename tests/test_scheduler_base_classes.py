@@ -158,8 +158,10 @@ class EngineLoop:
     and, under sync scheduling, hands back ``draft_len(request id, K)`` drafts (the n-gram drafter may
     find fewer) when the engine core asks for them."""
 
-    def __init__(self, scheduler, draft_len: Callable[[str, int], int] = lambda rid, k: k):
+    def __init__(self, scheduler, draft_len: Callable[[str, int], int] = lambda rid, k: k,
+                 on_handover: Callable[[], None] = lambda: None):
         self.scheduler = scheduler
+        self.on_handover = on_handover  # what the round trip to the worker costs (a fake clock's advance)
         self.is_async = scheduler.scheduler_config.async_scheduling
         self.draft_len = draft_len
         self.in_flight: deque = deque()
@@ -218,6 +220,7 @@ class EngineLoop:
     def take_draft_token_ids(self):
         """The executor's hand-over: the drafts made at the end of the last step, for the scheduler."""
         self.records[-1].handed_over = True
+        self.on_handover()
         drafts, self.runner_drafts = self.runner_drafts, None
         return drafts
 
@@ -355,6 +358,39 @@ def test_the_engine_core_fetches_drafts_only_after_steps_that_drafted(monkeypatc
         assert all(record.handed_over == (record.k_asked > 0) for record in ran)
     else:  # the model runner keeps its drafts: vLLM never hands them over in post_step
         assert not any(record.handed_over for record in loop.records)
+    assert_everyone_finished(loop, requests)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.001  # every reading is a little later: a step's own time
+        return self.now
+
+
+def test_a_drafting_steps_measured_cost_includes_the_draft_handover(monkeypatch, model_dir):
+    """The engine core fetches a step's drafts after its output is processed and before the next step
+    is scheduled: that round trip is a cost of drafting, skipped after K=0 steps (k0-draft-handover),
+    so the controller's interval for the next step includes it, or K>0 would look cheaper than it is
+    against K=0. Here the hand-over takes 5 s of a fake clock."""
+    scheduler = make_scheduler(monkeypatch, model_dir, "sync")
+    clock = scheduler._vspec_clock = FakeClock()
+    handover_s = 5.0
+
+    def handover():
+        clock.now += handover_s
+
+    loop = EngineLoop(scheduler, on_handover=handover)
+    requests = three_requests()
+    loop.add(*requests)
+    loop.run()
+
+    pairs = [(previous, feedback) for previous, record in zip(loop.records, loop.records[1:]) for feedback in record.seen]
+    assert {previous.handed_over for previous, _ in pairs} == {True, False}, "K=0 and K>0 steps both ran"
+    for previous, feedback in pairs:
+        assert (feedback.interval_ms >= 1000 * handover_s) == previous.handed_over, (previous, feedback)
     assert_everyone_finished(loop, requests)
 
 

@@ -94,6 +94,7 @@ class AdaptiveHooks:
     # Whether a step's drafts come back through update_draft_token_ids before the next step is
     # scheduled (synchronous) or stay in the model runner (asynchronous).
     _vspec_drafts_via_scheduler = True
+    _vspec_clock = staticmethod(time.perf_counter)  # what step intervals are measured with (tests set a fake)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -102,6 +103,9 @@ class AdaptiveHooks:
         # Steps scheduled and not yet processed: one under sync, two in flight under async.
         self._vspec_in_flight: deque[tuple[int, _ScheduledStep]] = deque(maxlen=8)
         self._vspec_drafting_k = 0  # K the drafter was asked for in the last step that ran requests
+        self._vspec_output_at: Optional[float] = None  # when the last step's output was processed
+        # Set by a draft hand-over (sync only): the next step's interval starts where that output was processed.
+        self._vspec_interval_from: Optional[float] = None
         self._vspec_cap_warned = False
         spec = active_spec()
         self._vspec_counts_cuts = bool(spec is not None and spec.adaptive.entropy_stop)
@@ -153,7 +157,9 @@ class AdaptiveHooks:
     # --- hooks ----------------------------------------------------------------------------------
 
     def schedule(self, *args: Any, **kwargs: Any):  # type: ignore[override]
-        started = time.perf_counter()
+        started = self._vspec_clock()
+        if self._vspec_interval_from is not None:
+            started, self._vspec_interval_from = self._vspec_interval_from, None
         if self._vspec is not None:
             self._guarded(self._choose_before_schedule)
         output = super().schedule(*args, **kwargs)
@@ -169,7 +175,7 @@ class AdaptiveHooks:
                 lambda: vllm_adapter.verified_drafts(scheduler_output, model_runner_output, self.requests))
         result = super().update_from_output(scheduler_output, model_runner_output)
         if self._vspec is not None and verified is not None:
-            completed = time.perf_counter()
+            completed = self._vspec_output_at = self._vspec_clock()
             self._guarded(lambda: self._observe(scheduler_output, model_runner_output, completed, verified))
         return result
 
@@ -199,6 +205,12 @@ class AdaptiveHooks:
         trimmed each request's drafts; a list shorter than the K asked for is a confidence cut,
         counted here because the trace lives in this process. Then per-request lengths and client
         caps trim the lists in place (lossless: a shorter draft verifies the kept tokens the same)."""
+        if self._vspec is not None and self.running:
+            # The engine core fetched these drafts from the worker after the step's output was processed
+            # (a round trip, skipped after K=0 steps by k0-draft-handover): a cost of drafting, so the
+            # next step's measured interval includes it. Not when nothing runs: the next step then
+            # waits for a request, and that wait is no step's cost.
+            self._vspec_interval_from = self._vspec_output_at
         if self._vspec is not None and self._vspec_counts_cuts:
             self._guarded(lambda: self._count_confidence_cuts(draft_token_ids))
         if self._vspec is not None:

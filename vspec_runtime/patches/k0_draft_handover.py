@@ -7,7 +7,7 @@ the answer is known in advance (an empty list per request), yet the round trip i
 inside the engine core on the demo (SmolLM2, n-gram drafter, vspec's scheduler held at K=0, 448
 steps at batch 1, 448 at batch 8), 0.4-0.5 ms a step at batch 1 and 0.7-0.8 ms at batch 8, about 1%
 of a 46-65 ms step: most of what K=0 still cost against target-only at batch 1
-(docs/benchmarks.md, "K=0 must be free").
+(docs/benchmarks.md, "The draft hand-over after K=0 steps").
 
 How: when the engine core's scheduler is vspec's (``AdaptiveHooks.vspec_drafts_pending``) and says
 the step that just ran asked the drafter for no tokens (``num_spec_tokens_to_schedule`` 0, which the
@@ -17,6 +17,9 @@ when it schedules the step, so the hand-over of empty lists would only have set 
 again, and the model runner replaces its stored drafts at the start of the next step. Steps that
 drafted (K > 0), a faulted controller and any other scheduler keep vLLM's hand-over as shipped.
 Under asynchronous scheduling vLLM makes no hand-over in ``post_step`` at all, so nothing changes.
+The round trip that remains after drafting steps is counted in the next step's measured interval
+(vspec_runtime/scheduler.py, ``update_draft_token_ids``), so the controller prices K>0 with it
+against a K=0 that no longer pays it.
 
 Enabled by: adaptive K (``adaptive.enabled``): only vspec's scheduler runs steps at K=0 with a
 drafter configured.

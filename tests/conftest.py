@@ -15,25 +15,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def register_cpu_kernel_overrides() -> None:
-    """vLLM's CPU replacements for its Triton kernels, registered in this process as a worker does.
-
-    A worker registers them at start-up, before anything imports numba. This test process may have
-    imported numba already (the n-gram drafter's module, through the vLLM-surface and doctor tests),
-    and vLLM 0.32's rebinding scan over ``sys.modules`` then fails on ``llvmlite.binding.ffi.lib``,
-    whose ``__getattr__`` answers even for ``__dict__``. No kernel is referenced from that module, so
-    it is left out of the scan.
-    """
-    from vllm.platforms import current_platform
-
-    ffi = sys.modules.pop("llvmlite.binding.ffi", None)
-    try:
-        current_platform.register_triton_kernel_overrides()
-    finally:
-        if ffi is not None:
-            sys.modules["llvmlite.binding.ffi"] = ffi
 CACHE = Path(os.environ.get("VSPEC_TEST_CACHE", REPO / ".vspec-test-cache"))
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -103,6 +84,25 @@ QWEN2_PROMPTS = [
     "Paris is the capital of France. Berlin is the capital of",
 ]
 QWEN2_MAX_TOKENS = 32
+
+
+def register_cpu_kernel_overrides() -> None:
+    """vLLM's CPU replacements for its Triton kernels, registered in this process as a worker does.
+
+    A worker registers them at start-up, before anything imports numba. This test process may have
+    imported numba already (the n-gram drafter's module, through the vLLM-surface and doctor tests),
+    and vLLM 0.32's rebinding scan over ``sys.modules`` then fails on ``llvmlite.binding.ffi.lib``,
+    whose ``__getattr__`` answers even for ``__dict__``. No kernel is referenced from that module, so
+    it is left out of the scan.
+    """
+    from vllm.platforms import current_platform
+
+    ffi = sys.modules.pop("llvmlite.binding.ffi", None)
+    try:
+        current_platform.register_triton_kernel_overrides()
+    finally:
+        if ffi is not None:
+            sys.modules["llvmlite.binding.ffi"] = ffi
 
 
 def qwen2_request(spec_: dict, target: str, drafter: str | None) -> dict:

@@ -506,9 +506,9 @@ def test_the_k0_fast_path_skips_a_model_drafter_only_under_sync_scheduling(async
     """Under async, vLLM's model runner takes the next step's input tokens from the drafter's pass."""
     from types import SimpleNamespace
 
-    from vspec_runtime.patches import k0_fast_path
+    from vspec_runtime.patches import _base, k0_fast_path
 
-    monkeypatch.setattr(k0_fast_path, "_announced", set())
+    monkeypatch.setattr(_base, "_said", set())  # the once-a-process log lines say again
     ran = []
     propose = k0_fast_path._make_propose(lambda runner, output, sampled, *rest: ran.append(output) or "drafted",
                                          skip_model_drafters=True)
@@ -534,9 +534,9 @@ def test_the_k0_fast_path_skips_a_prompt_step_drafter_pass_only_without_prefix_c
     drafts inside the cohort, so the pass is skipped and the request is marked stale."""
     from types import SimpleNamespace
 
-    from vspec_runtime.patches import k0_fast_path
+    from vspec_runtime.patches import _base, k0_fast_path
 
-    monkeypatch.setattr(k0_fast_path, "_announced", set())
+    monkeypatch.setattr(_base, "_said", set())  # the once-a-process log lines say again
     ran = []
     propose = k0_fast_path._make_propose(lambda runner, output, sampled, *rest: ran.append(output) or "drafted",
                                          skip_model_drafters=True)
@@ -569,9 +569,9 @@ def test_the_k0_fast_path_prepares_inputs_without_spec_metadata_only_when_nothin
     it for one call when the step verifies no drafts and its drafter reads no metadata."""
     from types import SimpleNamespace
 
-    from vspec_runtime.patches import k0_fast_path
+    from vspec_runtime.patches import _base, k0_fast_path
 
-    monkeypatch.setattr(k0_fast_path, "_announced", set())
+    monkeypatch.setattr(_base, "_said", set())  # the once-a-process log lines say again
     config = SimpleNamespace(method=method)
     seen = []
     prepare = k0_fast_path._make_prepare_inputs(

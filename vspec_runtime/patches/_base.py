@@ -84,6 +84,18 @@ def restore(owner: Any, attribute: str) -> bool:
     return True
 
 
+_said: set[str] = set()  # what first_time() was asked in this process
+
+
+def first_time(key: str) -> bool:
+    """True the first time ``key`` is asked in this process: a patched path logs that it ran ("vspec
+    patch NAME live: ...") or warns once, not every step."""
+    if key in _said:
+        return False
+    _said.add(key)
+    return True
+
+
 def _own_attribute(owner: Any, attribute: str) -> Any:
     """The attribute as defined on ``owner`` itself (a class's own dict, not an inherited one)."""
     if isinstance(owner, type):

@@ -64,8 +64,6 @@ SYMBOLS = (
     "vllm.v1.sample.rejection_sampler:expand_batch_to_tokens",
 )
 
-_logged_first_fix = False
-
 
 def install(spec) -> None:
     """Arrange for the patch to be applied when (or if already) the CPU kernel module is imported."""
@@ -107,9 +105,7 @@ def _make_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _log_first_fix(dtype: Any) -> None:
-    global _logged_first_fix
-    if not _logged_first_fix:
-        _logged_first_fix = True
+    if _base.first_time(NAME):
         # The first one is usually vLLM's own sampler warm-up at start-up, then every sampled step with drafts.
         logger.info("vspec patch %s live: expanded a %s tensor (per-draft-position temperature or top-p) that "
                     "vLLM's CPU kernel would have left unwritten", NAME, str(dtype).replace("torch.", ""))

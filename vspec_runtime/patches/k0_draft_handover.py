@@ -57,13 +57,11 @@ def apply(module: ModuleType) -> bool:
     return _base.patch_attribute(module.EngineCore, "post_step", NAME, _make_post_step)
 
 
-_announced = False  # one log line per process, the first time a hand-over is skipped
-
-
 def _make_post_step(original):
     def post_step(self, model_executed: bool) -> None:
         if model_executed and not _drafts_pending(self.scheduler):
-            _announce()
+            if _base.first_time(NAME):
+                logger.info("vspec patch %s live: a step that drafted nothing skipped the draft hand-over", NAME)
             return
         original(self, model_executed)
 
@@ -74,10 +72,3 @@ def _drafts_pending(scheduler) -> bool:
     """False only when vspec's scheduler knows the step just run drafted nothing."""
     pending = getattr(scheduler, "vspec_drafts_pending", None)
     return True if pending is None else bool(pending())
-
-
-def _announce() -> None:
-    global _announced
-    if not _announced:
-        _announced = True
-        logger.info("vspec patch %s live: a step that drafted nothing skipped the draft hand-over", NAME)

@@ -132,12 +132,9 @@ def apply(module: ModuleType, skip_model_drafters: bool = True) -> bool:
     return sampled or prepared or proposed or taken
 
 
-_announced: set[str] = set()  # one log line per path and process, the first time a step takes it
-
-
 def _announce(what: str) -> None:
-    if what not in _announced:
-        _announced.add(what)
+    """One log line per path and process, the first time a step takes it."""
+    if _base.first_time(f"{NAME}: {what}"):
         logger.info("vspec patch %s live: %s", NAME, what)
 
 
@@ -227,8 +224,7 @@ def _may_skip_drafter(runner) -> bool:
     """Skipping is safe only when the model runner takes nothing else from the drafter's pass."""
     if not runner.use_async_scheduling:
         return True
-    if "async" not in _announced:
-        _announced.add("async")
+    if _base.first_time(f"{NAME}: async"):
         logger.warning("vspec patch %s: vLLM schedules asynchronously, so the model drafter keeps running in "
                        "K=0 steps (the next step needs its pass); serve with --no-async-scheduling to skip it",
                        NAME)

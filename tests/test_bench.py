@@ -466,6 +466,14 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path, mode, policie
             assert set(row["k_histogram"]) == {str(k)} and row["drafts"] > 0 and row["matches_target_only"]
         orders = {tuple(p["order_position"] for p in run["phases"]) for run in document["runs"]}
         assert len(orders) > 1, "every policy ran at the same place in every round"
+        # Before the first timed round the vspec engine drafted at every K from 0 to 3, down to batch 1,
+        # under warm-up labels that no row of the report counts.
+        trace = [json.loads(line) for line in (out / "traces" / "vspec-r1.jsonl").read_text().splitlines()]
+        warm = [line for line in trace if line["policy"].startswith("warm-up:")]
+        first_timed = min(line["time"] for line in trace if not line["policy"].startswith("warm-up:"))
+        assert warm and max(line["time"] for line in warm) < first_timed
+        assert {(line["policy"], line["gamma"]) for line in warm} == {(f"warm-up:K={k}", k) for k in range(4)}
+        assert {line["batch_size"] for line in warm if line["policy"] == "warm-up:K=3"} == {1, 2}
 
     assert (out / "results.md").read_text().startswith("# vspec bench results")
     assert [Path(p).name for p in document["files"]["plots"]] == ["throughput.png", "k_over_time.png"]

@@ -20,8 +20,8 @@ RESULT:  {"phases": [{"name", "outputs": [{"text", "token_ids", "logprobs"?}], "
 Phases run one after another in the same engine (the `mixed` workload changes batch size and text
 between phases); each phase submits all its prompts at once, so batch = number of prompts.
 
-Sampling: greedy unless a phase gives ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``seed``, and
-``extra_args``, what the OpenAI API's ``vllm_xargs`` become, e.g. ``{"vspec_max_draft": 0}``),
+Sampling: greedy unless a phase gives ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``seed``,
+``max_tokens`` (the phase's own unless set here), and ``extra_args``, what the OpenAI API's ``vllm_xargs`` become, e.g. ``{"vspec_max_draft": 0}``),
 one dict for every prompt or a list with one dict per prompt (greedy and sampled requests can share
 a phase: ``{"temperature": 0}`` is greedy). With ``"logprobs": true`` each output also carries the
 target model's log-probability of every generated token (vLLM's raw logprobs: the target's own
@@ -119,12 +119,12 @@ def sampling_params(phase: dict[str, Any]) -> list[Any]:
         raise ValueError(f"phase {phase.get('name')!r}: {len(per_prompt)} sampling entries for {count} prompts")
     common = dict(max_tokens=int(phase["max_tokens"]), ignore_eos=bool(phase.get("ignore_eos", False)),
                   logprobs=0 if phase.get("logprobs") else None)
-    return [SamplingParams(**common, **_sampling_fields(entry)) for entry in per_prompt]
+    return [SamplingParams(**(common | _sampling_fields(entry))) for entry in per_prompt]
 
 
 def _sampling_fields(entry: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {"temperature": float(entry.get("temperature", 0.0))}
-    for name, cast in (("top_p", float), ("top_k", int), ("seed", int), ("extra_args", dict)):
+    for name, cast in (("top_p", float), ("top_k", int), ("seed", int), ("max_tokens", int), ("extra_args", dict)):
         if entry.get(name) is not None:
             fields[name] = cast(entry[name])
     return fields

@@ -16,6 +16,12 @@ different engines cannot resolve 2%. Here, per repeat:
 Each round of each policy is one paired sample: ratios are computed per round (vspec_cli/benchlib/
 paired.py), so what changes slowly (the machine, the engine run) cancels. Prefix caching is off:
 the first policy in a round would otherwise pay the prefill that the others get from the cache.
+
+Before the first round every engine is warmed (``warm_up``): the first step at a new number of
+tokens costs more than the same step later (on CPU vLLM builds a oneDNN kernel per layer for each
+new token count, about 0.8 ms a layer; a draft model's first pass at a new K cost 0.25-0.45 s more
+than its later ones), and that first-visit price would otherwise land on whichever policy first
+drafts at that K or first prefills that round's prompts, not on the policy's choice of K.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import subprocess
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,6 +51,11 @@ READY_TIMEOUT_S = 900
 # phase right after an engine switch ran 15% slower, the noise that kept batch-1 intervals wide.
 # Waiting out the spin at each switch (about two per cell and round) removes it.
 SETTLE_AFTER_SWITCH_S = 1.2
+# The vspec engine also holds one constant-K policy per K from 0 to its max, run only by warm_up;
+# their trace lines carry these labels, so no report counts them.
+WARM_UP_LABEL = "warm-up:K={}"
+# Repetitive, so that an n-gram drafter finds matches from the first step and drafts its full K.
+WARM_UP_PROMPT = "Repeat this list three times: red, green, blue, yellow, red, green, blue, yellow."
 
 
 def balanced_order(labels: list[str], round_index: int) -> list[str]:
@@ -66,6 +77,7 @@ class EngineLayout:
     engine_of: dict[str, str]  # policy label -> engine name
     requests: dict[str, dict[str, Any]]  # engine name -> offline_run request (without phases)
     traces: dict[str, Path]  # engine name -> trace file (engines with a controller)
+    warm_up_gamma: dict[str, int] = field(default_factory=dict)  # engine name -> the max K its warm-up runs
 
 
 def scheduler_policy_settings(base: RuntimeSpec, policy: BenchPolicy) -> dict[str, Any]:
@@ -84,6 +96,7 @@ def plan_engines(plan: BenchPlan, repeat: int) -> EngineLayout:
     engine_of: dict[str, str] = {}
     requests: dict[str, dict[str, Any]] = {}
     traces: dict[str, Path] = {}
+    warm_up_gamma: dict[str, int] = {}
     in_vspec = [p for p in plan.policies if p.kind in ("fixed", "table", "online", "profile")]
     for policy in plan.policies:
         if policy.kind == "target-only":
@@ -95,21 +108,61 @@ def plan_engines(plan: BenchPlan, repeat: int) -> EngineLayout:
         else:
             engine_of[policy.label] = VSPEC_ENGINE
     if in_vspec:
-        labelled = {p.label: scheduler_policy_settings(base, p) for p in in_vspec}
+        measured = {p.label: scheduler_policy_settings(base, p) for p in in_vspec}
+        gamma = max(entry["gamma"] for entry in measured.values())
+        first = next(iter(measured.values()))["adaptive"]
+        # Warm-up labels first: the engine starts on K=0, so no measured policy learns from its start-up request.
+        labelled = {**warm_up_policies(base, gamma), **measured}
         trace = (plan.out_dir / "traces" / f"{VSPEC_ENGINE}-r{repeat + 1}.jsonl").resolve()
         traces[VSPEC_ENGINE] = trace
-        gamma = max(entry["gamma"] for entry in labelled.values())
-        first = next(iter(labelled.values()))["adaptive"]
         data = base.model_dump()
         data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
         request = _request(plan, validate_spec(data), drafter=True)
         request["bench_policies"] = labelled
         requests[VSPEC_ENGINE] = request
+        warm_up_gamma[VSPEC_ENGINE] = gamma
     share = round(min(base.serving.gpu_memory_utilization or 0.3, HOST_MEMORY_SHARE / len(requests)), 3)
     for request in requests.values():
         if base.serving.device in (None, "cpu"):
             request["engine_overrides"] = {**request["engine_overrides"], "gpu_memory_utilization": share}
-    return EngineLayout(engine_of, requests, traces)
+    return EngineLayout(engine_of, requests, traces, warm_up_gamma)
+
+
+def warm_up_policies(base: RuntimeSpec, gamma: int) -> dict[str, dict[str, Any]]:
+    """The vspec engine's warm-up labels: one constant-K policy for each K in 0..gamma."""
+    return {WARM_UP_LABEL.format(k): scheduler_policy_settings(base, BenchPolicy(f"fixed:{k}", "fixed", gamma=k))
+            for k in range(gamma + 1)}
+
+
+def warm_up_phases(plan: BenchPlan, gamma: Optional[int]) -> list[tuple[dict[str, Any], Optional[str]]]:
+    """What ``warm_up`` runs in one engine, as (phase, policy label); ``gamma`` None: no controller.
+
+    Every measured phase once with two new tokens (its prompts' prefill and one decode step at its
+    batch), then, for each K, a batch as wide as the plan's widest that drains one request at a time
+    (request i stops after 4 + 2i tokens), so that decode steps meet every batch size up to it.
+    """
+    measured = plan.phase_requests()
+    widest = max(phase["batch"] for phase in measured)
+    prefills = [dict(phase, name=f"warm-up {phase['name']}", max_tokens=2) for phase in measured]
+    drain = {"cell": "warm-up", "kind": "warm-up", "batch": widest, "prompts": [WARM_UP_PROMPT] * widest,
+             "max_tokens": 4 + 2 * widest, "ignore_eos": True,
+             "sampling": [{"temperature": 0.0, "max_tokens": 4 + 2 * i} for i in range(widest)]}
+    if gamma is None:
+        return [(phase, None) for phase in prefills] + [(dict(drain, name="warm-up drain"), None)]
+    labels = [WARM_UP_LABEL.format(k) for k in range(gamma + 1)]
+    return ([(phase, labels[0]) for phase in prefills]
+            + [(dict(drain, name=f"warm-up drain {label}"), label) for label in labels])
+
+
+def warm_up(plan: BenchPlan, layout: "EngineLayout", engines: dict[str, "EngineChild"], on_event: Event) -> None:
+    """Every engine meets the shapes of the rounds before they are timed (the module's docstring)."""
+    for name, engine in engines.items():
+        gamma = layout.warm_up_gamma.get(name)
+        work = warm_up_phases(plan, gamma)
+        time.sleep(SETTLE_AFTER_SWITCH_S)
+        for index, (phase, label) in enumerate(work):
+            on_event("stage", stage="phase", phase=index, phases=len(work), name=f"{phase['name']} ({name} engine)")
+            engine.run(phase, label)
 
 
 def _request(plan: BenchPlan, spec: RuntimeSpec, drafter: bool) -> dict[str, Any]:
@@ -202,6 +255,7 @@ def _one_repeat(plan: BenchPlan, repeat: int, on_event: Event) -> list[EngineRun
                                         plan.out_dir / "logs" / f"{stem}.log")
         for engine in engines.values():
             engine.wait_ready()
+        warm_up(plan, layout, engines, on_event)
         phases = plan.phase_requests()
         total = len(phases) * len(labels)
         done = 0

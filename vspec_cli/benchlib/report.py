@@ -253,7 +253,8 @@ def _fmt_interval(value: Optional[float], low: Optional[float], high: Optional[f
 
 def _mode_text(settings: dict[str, Any]) -> str:
     if settings.get("mode", "engines") == "interleaved":
-        return f"{settings['repeats']} repeats, each with warm engines running every policy in balanced order"
+        return (f"{settings['repeats']} repeats, each with warm engines running every policy in balanced order "
+                "(each engine first meets every round's prompts and every K untimed)")
     return f"{settings['repeats']} repeats (one engine per policy, order rotated)"
 
 

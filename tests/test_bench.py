@@ -402,6 +402,32 @@ def test_cells_are_workload_by_batch():
     assert all(len(c.phases) == 2 for c in cells)
 
 
+def test_every_engine_is_warmed_on_the_timed_prompts_and_every_k_down_to_batch_one(tmp_path):
+    """A first visit to a prompt or a K costs more than later ones (new kernel shapes): whoever paid it
+    inside a timed round would look slower for it, so every engine meets them all before round one."""
+    from vspec_cli.benchlib.interleave import TARGET_ENGINE, VSPEC_ENGINE, plan_engines, warm_up_phases
+    from vspec_cli.benchlib.runner import BenchPlan
+
+    base = validate_spec({"target_model": "demo", "method": "ngram", "gamma": 3})
+    plan = BenchPlan(base, "/target", None, parse_policies("target-only,fixed:1,online"),
+                     build_cells(parse_workloads("copy,chat"), [1, 8], rounds=2), repeats=1, max_tokens=32,
+                     ignore_eos=False, out_dir=tmp_path)
+    layout = plan_engines(plan, repeat=0)
+    labels = list(layout.requests[VSPEC_ENGINE]["bench_policies"])
+    assert labels[0] == "warm-up:K=0" and labels[-2:] == ["fixed:1", "online"]  # starts on no measured policy
+    timed_prompts = [phase["prompts"] for phase in plan.phase_requests()]
+    for engine, expected_labels in ((TARGET_ENGINE, [None]), (VSPEC_ENGINE, [f"warm-up:K={k}" for k in range(4)])):
+        work = warm_up_phases(plan, layout.warm_up_gamma.get(engine))
+        prefills = [phase for phase, _ in work if phase["kind"] != "warm-up"]
+        assert [phase["prompts"] for phase in prefills] == timed_prompts
+        assert all(phase["max_tokens"] == 2 for phase in prefills)
+        drains = [(phase, label) for phase, label in work if phase["kind"] == "warm-up"]
+        assert [label for _, label in drains] == expected_labels
+        for phase, _ in drains:  # eight requests that stop one after another: batches 8, 7, ..., 1
+            lengths = [entry["max_tokens"] for entry in phase["sampling"]]
+            assert len(phase["prompts"]) == 8 and len(set(lengths)) == 8 and phase["ignore_eos"]
+
+
 # --- one real bench --------------------------------------------------------------------------------
 
 # Repetitive prompts: a random tiny model then gives n-gram matches, so something is drafted. Min K is 1:

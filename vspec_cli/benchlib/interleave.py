@@ -18,10 +18,10 @@ paired.py), so what changes slowly (the machine, the engine run) cancels. Prefix
 the first policy in a round would otherwise pay the prefill that the others get from the cache.
 
 Before the first round every engine is warmed (``warm_up``): the first step at a new number of
-tokens costs more than the same step later (on CPU vLLM builds a oneDNN kernel per layer for each
-new token count, about 0.8 ms a layer; a draft model's first pass at a new K cost 0.25-0.45 s more
-than its later ones), and that first-visit price would otherwise land on whichever policy first
-drafts at that K or first prefills that round's prompts, not on the policy's choice of K.
+tokens costs more than the same step later (on CPU vLLM builds a oneDNN kernel per linear layer for
+each new token count, about 0.8 ms a layer), and that first-visit price would otherwise land on
+whichever policy first drafts at that K or first prefills that round's prompts (target-only, alone
+in its engine, always), not on the policy's choice of K.
 """
 
 from __future__ import annotations

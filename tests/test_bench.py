@@ -409,13 +409,15 @@ def test_every_engine_is_warmed_on_the_timed_prompts_and_every_k_down_to_batch_o
     from vspec_cli.benchlib.runner import BenchPlan
 
     base = validate_spec({"target_model": "demo", "method": "ngram", "gamma": 3})
-    plan = BenchPlan(base, "/target", None, parse_policies("target-only,fixed:1,online"),
-                     build_cells(parse_workloads("copy,chat"), [1, 8], rounds=2), repeats=1, max_tokens=32,
-                     ignore_eos=False, out_dir=tmp_path)
+    cells = build_cells(parse_workloads("copy,chat"), [1, 8], rounds=2, same_prompts=True)
+    plan = BenchPlan(base, "/target", None, parse_policies("target-only,fixed:1,online"), cells, repeats=1,
+                     max_tokens=32, ignore_eos=False, out_dir=tmp_path)
     layout = plan_engines(plan, repeat=0)
     labels = list(layout.requests[VSPEC_ENGINE]["bench_policies"])
     assert labels[0] == "warm-up:K=0" and labels[-2:] == ["fixed:1", "online"]  # starts on no measured policy
     timed_prompts = [phase["prompts"] for phase in plan.phase_requests()]
+    timed_prompts = [prompts for i, prompts in enumerate(timed_prompts) if prompts not in timed_prompts[:i]]
+    assert len(timed_prompts) == 4  # rounds repeat their cell's prompts (--prompts same): each set once
     for engine, expected_labels in ((TARGET_ENGINE, [None]), (VSPEC_ENGINE, [f"warm-up:K={k}" for k in range(4)])):
         work = warm_up_phases(plan, layout.warm_up_gamma.get(engine))
         prefills = [phase for phase, _ in work if phase["kind"] != "warm-up"]

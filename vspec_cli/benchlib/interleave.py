@@ -137,13 +137,15 @@ def warm_up_policies(base: RuntimeSpec, gamma: int) -> dict[str, dict[str, Any]]
 def warm_up_phases(plan: BenchPlan, gamma: Optional[int]) -> list[tuple[dict[str, Any], Optional[str]]]:
     """What ``warm_up`` runs in one engine, as (phase, policy label); ``gamma`` None: no controller.
 
-    Every measured phase once with two new tokens (its prompts' prefill and one decode step at its
-    batch), then, for each K, a batch as wide as the plan's widest that drains one request at a time
-    (request i stops after 4 + 2i tokens), so that decode steps meet every batch size up to it.
+    Every measured phase's prompts once with two new tokens (their prefill and one decode step at
+    their batch; rounds that repeat a prompt set warm it once), then, for each K, a batch as wide as
+    the plan's widest that drains one request at a time (request i stops after 4 + 2i tokens), so
+    that decode steps meet every batch size up to it.
     """
     measured = plan.phase_requests()
     widest = max(phase["batch"] for phase in measured)
-    prefills = [dict(phase, name=f"warm-up {phase['name']}", max_tokens=2) for phase in measured]
+    distinct = {tuple(phase["prompts"]): phase for phase in reversed(measured)}  # the first of each set
+    prefills = [dict(phase, name=f"warm-up {phase['name']}", max_tokens=2) for phase in reversed(distinct.values())]
     drain = {"cell": "warm-up", "kind": "warm-up", "batch": widest, "prompts": [WARM_UP_PROMPT] * widest,
              "max_tokens": 4 + 2 * widest, "ignore_eos": True,
              "sampling": [{"temperature": 0.0, "max_tokens": 4 + 2 * i} for i in range(widest)]}

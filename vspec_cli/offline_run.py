@@ -21,9 +21,9 @@ Phases run one after another in the same engine (the `mixed` workload changes ba
 between phases); each phase submits all its prompts at once, so batch = number of prompts.
 
 Sampling: greedy unless a phase gives ``sampling`` (``temperature``, ``top_p``, ``top_k``, ``seed``,
-``max_tokens`` (the phase's own unless set here), and ``extra_args``, what the OpenAI API's ``vllm_xargs`` become, e.g. ``{"vspec_max_draft": 0}``),
-one dict for every prompt or a list with one dict per prompt (greedy and sampled requests can share
-a phase: ``{"temperature": 0}`` is greedy). With ``"logprobs": true`` each output also carries the
+``max_tokens`` (the phase's own unless set here), and ``extra_args``, what the OpenAI API's
+``vllm_xargs`` become, e.g. ``{"vspec_max_draft": 0}``), one dict for every prompt or a list with
+one dict per prompt (greedy and sampled requests can share a phase: ``{"temperature": 0}`` is greedy). With ``"logprobs": true`` each output also carries the
 target model's log-probability of every generated token (vLLM's raw logprobs: the target's own
 distribution at temperature 1, whatever the request's sampling settings), which `vspec bench` and
 the losslessness tests use as a quality measure. Prefix caching is on unless ``prefix_caching`` is

@@ -144,8 +144,11 @@ def warm_up_phases(plan: BenchPlan, gamma: Optional[int]) -> list[tuple[dict[str
     """
     measured = plan.phase_requests()
     widest = max(phase["batch"] for phase in measured)
-    distinct = {tuple(phase["prompts"]): phase for phase in reversed(measured)}  # the first of each set
-    prefills = [dict(phase, name=f"warm-up {phase['name']}", max_tokens=2) for phase in reversed(distinct.values())]
+    prefills, seen = [], set()
+    for phase in measured:
+        if tuple(phase["prompts"]) not in seen:
+            seen.add(tuple(phase["prompts"]))
+            prefills.append(dict(phase, name=f"warm-up {phase['name']}", max_tokens=2))
     drain = {"cell": "warm-up", "kind": "warm-up", "batch": widest, "prompts": [WARM_UP_PROMPT] * widest,
              "max_tokens": 4 + 2 * widest, "ignore_eos": True,
              "sampling": [{"temperature": 0.0, "max_tokens": 4 + 2 * i} for i in range(widest)]}
@@ -156,7 +159,7 @@ def warm_up_phases(plan: BenchPlan, gamma: Optional[int]) -> list[tuple[dict[str
             + [(dict(drain, name=f"warm-up drain {label}"), label) for label in labels])
 
 
-def warm_up(plan: BenchPlan, layout: "EngineLayout", engines: dict[str, "EngineChild"], on_event: Event) -> None:
+def warm_up(plan: BenchPlan, layout: EngineLayout, engines: dict[str, EngineChild], on_event: Event) -> None:
     """Every engine meets the shapes of the rounds before they are timed (the module's docstring)."""
     for name, engine in engines.items():
         gamma = layout.warm_up_gamma.get(name)

@@ -137,6 +137,39 @@ def test_per_request_tpot_pairs_each_request_with_its_twin_and_resolves_what_the
     assert cell["policies"]["fixed:3"].get("per_request_tpot_vs_best") is None  # the reference itself
 
 
+# --- warm-up ---------------------------------------------------------------------------------------
+
+def test_every_server_is_warmed_on_the_pool_and_every_k_down_to_batch_one(tmp_path):
+    """A first visit to a prompt or a decode shape costs more than later ones (on CPU a new kernel per
+    layer): whoever paid it inside a timed load would look slower for it, so each server meets the
+    pool's prompts and, at every K, every batch size up to its widest before the first load; the vspec
+    server does so under labels no report counts."""
+    from vspec_cli.benchlib.serve_driver import ServePlan, vspec_server_spec, warm_up_loads
+    from vspec_runtime.spec import validate_spec
+
+    base = validate_spec({"target_model": "demo", "method": "ngram", "gamma": 3})
+    plan = ServePlan(base, "/target", None, parse_policies("target-only,fixed:1,online"), PROMPTS, loads=[],
+                     rounds=1, repeats=1, sampling=loadlib.Sampling(max_tokens=48), out_dir=tmp_path)
+    spec, labelled = vspec_server_spec(plan, tmp_path / "trace.jsonl")
+    assert spec.gamma == 3
+    assert list(labelled) == [f"warm-up:K={k}" for k in range(4)] + ["fixed:1", "online"]  # starts on K=0's
+    sampled = loadlib.Sampling(max_tokens=48, temperature=0.8, seed=7)
+    for gamma, expected_labels in ((None, [None]), (3, [f"warm-up:K={k}" for k in range(4)])):
+        loads = warm_up_loads(PROMPTS, sampled, width=8, gamma=gamma)
+        prefills = [load for load in loads if load.sampling.max_tokens == 2]
+        assert sorted(a.prompt for load in prefills for a in load.schedule) == sorted(PROMPTS)  # each once
+        assert {load.label for load in prefills} == {expected_labels[0]}
+        drains = loads[len(prefills):]
+        assert [load.label for load in drains] == expected_labels
+        for load in drains:  # eight requests sent at once that stop one after another: batches 8, 7, ..., 1
+            lengths = [arrival.max_tokens for arrival in load.schedule]
+            assert len(set(lengths)) == 8 and all(a.at_s == 0.0 for a in load.schedule)
+            assert load.sampling.ignore_eos and load.sampling.temperature == 0.8  # the bench's own sampling
+            bodies = [loadlib.request_body("bench", a.prompt, load.sampling, None, a.max_tokens)
+                      for a in load.schedule]
+            assert [body["max_tokens"] for body in bodies] == lengths
+
+
 # --- bad input -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -199,3 +232,11 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
     assert len(raw) == 2 * 2 * 3  # loads x rounds x policies
     assert (out / "results.md").read_text().startswith("# vspec bench (serve driver)")
     assert sorted(Path(p).name for p in document["files"]["plots"]) == ["ramp_k.png", "rates.png"]
+    # The vspec server was warmed at every K before the first load, batches draining to one request,
+    # under warm-up labels that no row of the report counts.
+    trace = [json.loads(line) for line in (out / "traces" / "vspec-r1.jsonl").read_text().splitlines()]
+    warm = [line for line in trace if line["policy"].startswith("warm-up:")]
+    first_timed = min(line["time"] for line in trace if not line["policy"].startswith("warm-up:"))
+    assert warm and max(line["time"] for line in warm) < first_timed
+    assert {(line["policy"], line["gamma"]) for line in warm} >= {(f"warm-up:K={k}", k) for k in range(4)}
+    assert 1 in {line["batch_size"] for line in warm if line["policy"] == "warm-up:K=3"}

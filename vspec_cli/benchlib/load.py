@@ -36,6 +36,7 @@ class Arrival:
     at_s: float  # seconds after the load starts
     prompt: str
     index: int  # position in the schedule: pairs requests across policies
+    max_tokens: Optional[int] = None  # this request's own limit (the bench's warm-up drain); None: the load's
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,11 @@ class Sampling:
     seed: Optional[int] = None
 
 
-def request_body(model: str, prompt: str, sampling: Sampling, seed: Optional[int]) -> dict[str, Any]:
+def request_body(model: str, prompt: str, sampling: Sampling, seed: Optional[int],
+                 max_tokens: Optional[int] = None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
-        "stream_options": {"include_usage": True}, "max_tokens": sampling.max_tokens,
+        "stream_options": {"include_usage": True}, "max_tokens": max_tokens or sampling.max_tokens,
         "temperature": sampling.temperature,
     }
     if sampling.top_p is not None:
@@ -181,7 +183,7 @@ async def _run(base_url: str, model: str, schedule: list[Arrival], sampling: Sam
             record = RequestRecord(arrival.index, sent_at=time.perf_counter())
             records.append(record)
             seed = None if sampling.seed is None else sampling.seed + arrival.index
-            body = request_body(model, arrival.prompt, sampling, seed)
+            body = request_body(model, arrival.prompt, sampling, seed, arrival.max_tokens)
             tasks.append(asyncio.create_task(_one_request(session, url, body, record)))
         await asyncio.gather(*tasks)
     return records

@@ -12,9 +12,13 @@ Per repeat, two servers run side by side, each started with the exact command `v
 Each load (a constant request rate, or the ramp) runs ``rounds`` times; in every round each policy
 gets the same arrival times and prompts (one seed per load and round), in the balanced order of the
 offline bench (ABCD, DCBA, ...). A round of a policy is one paired sample, as in the offline bench
-(vspec_cli/benchlib/paired.py). Before the first load every server answers each prompt of the pool
-once, so the prefix cache holds them for every policy alike and the first policy of a round pays no
-prefill the others skip. Between loads the driver waits out vLLM's 1 s worker spin (see
+(vspec_cli/benchlib/paired.py). Before the first load every server is warmed (``warm_up_loads``):
+it answers each prompt of the pool once, so the prefix cache holds them for every policy alike and
+the first policy of a round pays no prefill the others skip, and then, at every K the vspec server
+can run, a batch that drains one request at a time, so that no measured policy pays the first visit
+of a decode shape (vLLM builds a oneDNN kernel per linear layer for each new token count on CPU;
+vspec_cli/benchlib/interleave.py). The vspec server starts on, and warms under, labels that no
+report counts (``warm-up:K=k``). Between loads the driver waits out vLLM's 1 s worker spin (see
 interleave.SETTLE_AFTER_SWITCH_S). Acceptance and the K histogram of a load come from the vspec
 server's /metrics, read before and after it (the snapshot is published when the engine goes idle).
 """
@@ -28,12 +32,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 from vspec_cli.benchlib import load as loadlib
-from vspec_cli.benchlib.interleave import SETTLE_AFTER_SWITCH_S, balanced_order, scheduler_policy_settings
+from vspec_cli.benchlib.interleave import (SETTLE_AFTER_SWITCH_S, WARM_UP_LABEL, WARM_UP_PROMPT, balanced_order,
+                                           scheduler_policy_settings, warm_up_policies)
 from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
 from vspec_cli.benchlib.runner import Event, file_label
 from vspec_cli.launch import build_launch
@@ -47,6 +52,9 @@ SERVER_KINDS = ("target-only", "fixed", "table", "online", "profile")
 HOST_MEMORY_SHARE = 0.6  # of the host's memory, for both servers together (CPU KV caches)
 READY_TIMEOUT_S = 900
 WARMUP_CONCURRENCY = 8
+# The warm-up's drain is as wide as the server's max_num_seqs (the widest batch a load can reach), up
+# to this: the demo's 16. Each K's drain runs 4 + 2 * width tokens at most.
+WARM_UP_MAX_WIDTH = 16
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class Server:
     port: int
     log_path: Path
     run_dir: Path
+    warm_up_gamma: Optional[int] = None  # the vspec server: the max K its warm-up drains at; None: no controller
     proc: Optional[subprocess.Popen] = None
     ready_s: Optional[float] = None
 
@@ -143,12 +152,13 @@ class Server:
 def vspec_server_spec(plan: ServePlan, trace: Path) -> tuple[RuntimeSpec, dict[str, Any]]:
     """The vspec server's spec (max K over the policies, adaptive on, trace) and its labelled policies."""
     in_vspec = [p for p in plan.policies if p.kind != "target-only"]
-    labelled = {p.label: scheduler_policy_settings(plan.base_spec, p) for p in in_vspec}
+    measured = {p.label: scheduler_policy_settings(plan.base_spec, p) for p in in_vspec}
+    gamma = max(entry["gamma"] for entry in measured.values())
     data = plan.base_spec.model_dump()
-    first = next(iter(labelled.values()))["adaptive"]
-    data.update(gamma=max(entry["gamma"] for entry in labelled.values()),
-                adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
-    return validate_spec(data), labelled
+    first = next(iter(measured.values()))["adaptive"]
+    data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
+    # Warm-up labels first: the server starts on K=0's, so no measured policy learns from its warm-up.
+    return validate_spec(data), {**warm_up_policies(plan.base_spec, gamma), **measured}
 
 
 def plan_servers(plan: ServePlan, repeat: int) -> dict[str, Server]:
@@ -161,11 +171,12 @@ def plan_servers(plan: ServePlan, repeat: int) -> dict[str, Server]:
     for name in sorted(wanted):
         port = free_port()
         extra: dict[str, str] = {}
+        warm_up_gamma = None
         if name == VSPEC_SERVER:
             trace = (plan.out_dir / "traces" / f"{VSPEC_SERVER}-r{repeat + 1}.jsonl").resolve()
             trace.unlink(missing_ok=True)
             spec, labelled = vspec_server_spec(plan, trace)
-            drafter = plan.drafter_path
+            drafter, warm_up_gamma = plan.drafter_path, spec.gamma
             extra["VSPEC_BENCH_POLICIES"] = json.dumps(labelled)
         else:
             target = next(p for p in plan.policies if p.kind == "target-only")
@@ -178,7 +189,8 @@ def plan_servers(plan: ServePlan, repeat: int) -> dict[str, Server]:
         run_dir = (plan.out_dir / "run" / f"{name}-r{repeat + 1}").resolve()
         env = {**launch.env, **extra, "VSPEC_RUN_DIR": str(run_dir)}
         servers[name] = Server(name, launch.argv, env, port,
-                               plan.out_dir / "logs" / f"{file_label(name)}-r{repeat + 1}.log", run_dir)
+                               plan.out_dir / "logs" / f"{file_label(name)}-r{repeat + 1}.log", run_dir,
+                               warm_up_gamma=warm_up_gamma)
     return servers
 
 
@@ -186,14 +198,43 @@ def server_of(policy: BenchPolicy) -> str:
     return TARGET_SERVER if policy.kind == "target-only" else VSPEC_SERVER
 
 
-def warm_up(server: Server, prompts: list[str], sampling: loadlib.Sampling) -> None:
-    """Every prompt once (2 tokens), a few at a time: compiled paths warm, prompts in the prefix cache."""
+@dataclass(frozen=True)
+class WarmUpLoad:
+    """One load of a server's warm-up: its requests, their sampling, and the label to run it under."""
+
+    label: Optional[str]  # a warm-up label of the vspec server; None: a server without a controller
+    schedule: list[loadlib.Arrival]
+    sampling: loadlib.Sampling
+
+
+def warm_up_loads(prompts: list[str], sampling: loadlib.Sampling, width: int,
+                  gamma: Optional[int]) -> list[WarmUpLoad]:
+    """What ``warm_up`` sends one server, in order; ``gamma`` None: no controller (target-only).
+
+    Every prompt of the pool once with two new tokens, a few at a time (its prefill, and the prompt
+    in the prefix cache for every policy alike), under the K=0 label; then for each K from 0 to
+    ``gamma`` a batch of ``width`` requests sent at once that stop one after another (request i after
+    4 + 2i tokens, EOS ignored, the bench's temperature), so decode steps meet every batch size up to
+    ``width`` at every K before a timed load does.
+    """
+    labels = [None] if gamma is None else [WARM_UP_LABEL.format(k) for k in range(gamma + 1)]
     short = loadlib.Sampling(max_tokens=2)
-    schedule = [loadlib.Arrival(0.0, prompt, i) for i, prompt in enumerate(prompts)]
-    for start in range(0, len(schedule), WARMUP_CONCURRENCY):
-        loadlib.run_load(server.base_url, "bench", schedule[start:start + WARMUP_CONCURRENCY], short)
-    # and one full-length request, so the first measured load does not pay a first decode's set-up
-    loadlib.run_load(server.base_url, "bench", schedule[:1], sampling)
+    pool = [loadlib.Arrival(0.0, prompt, i) for i, prompt in enumerate(prompts)]
+    loads = [WarmUpLoad(labels[0], pool[start:start + WARMUP_CONCURRENCY], short)
+             for start in range(0, len(pool), WARMUP_CONCURRENCY)]
+    drain = [loadlib.Arrival(0.0, WARM_UP_PROMPT, i, max_tokens=4 + 2 * i) for i in range(width)]
+    drain_sampling = replace(sampling, max_tokens=4 + 2 * (width - 1), ignore_eos=True)
+    return loads + [WarmUpLoad(label, drain, drain_sampling) for label in labels]
+
+
+def warm_up(server: Server, loads: list[WarmUpLoad], on_event: Event) -> None:
+    """Run the warm-up loads in order; the vspec server switches label between them (when idle)."""
+    for index, load in enumerate(loads):
+        on_event("stage", stage="phase", phase=index, phases=len(loads),
+                 name=f"{load.label or 'warm-up'} ({server.name} server)")
+        if load.label is not None:
+            server.select_policy(load.label)
+        loadlib.run_load(server.base_url, "bench", load.schedule, load.sampling)
 
 
 @dataclass
@@ -238,9 +279,10 @@ def run_serve_bench(plan: ServePlan, on_event: Event) -> tuple[list[LoadRun], li
                 on_event("engine", policy=f"starting {server.name} server", repeat=repeat, index=repeat,
                          total=plan.repeats)
                 server.start()
+            width = min(plan.base_spec.serving.max_num_seqs or WARM_UP_MAX_WIDTH, WARM_UP_MAX_WIDTH)
             for server in servers.values():
                 server.wait_ready()
-                warm_up(server, plan.prompts, plan.sampling)
+                warm_up(server, warm_up_loads(plan.prompts, plan.sampling, width, server.warm_up_gamma), on_event)
             runs += _loads_of_repeat(plan, servers, repeat, on_event)
             servers_seen += [{"server": s.name, "repeat": repeat, "ok": True, "ready_s": s.ready_s,
                               "log": str(s.log_path)} for s in servers.values()]

@@ -204,6 +204,19 @@ def test_a_dear_drafter_that_surely_loses_goes_to_k0_at_once():
     assert sure.goodput_tokens_per_ms > walking.goodput_tokens_per_ms
 
 
+def test_a_low_start_k_learns_a_dear_useless_drafter_for_less():
+    """``start_gamma``: the engine's first decisions run at that K. Where every draft is a dear step
+    and rarely right, learning it from K=1 drafts once a step instead of six times: the same answer
+    (K=0) for less drafting time than the walk down from K=6."""
+    from_max = run(policy(seed=0, sure_zero=True), None, dear_useless_drafter(), seed=0)
+    from_one = run(policy(seed=0, sure_zero=True, start_gamma=1), None, dear_useless_drafter(), seed=0)
+    assert decisions(from_one, 1) == [(0, 1, "warmup")]
+    assert from_one.gammas[-200:] == from_max.gammas[-200:] == [0] * 200
+    drafted = lambda result: sum(result.gammas)  # noqa: E731 - draft forwards, one per drafted token at batch 1
+    assert drafted(from_one) < drafted(from_max)
+    assert from_one.goodput_tokens_per_ms > from_max.goodput_tokens_per_ms
+
+
 def test_a_cheap_drafter_still_waits_for_the_evidence_to_stop():
     """Where a draft costs 1% of a step (an n-gram probe verifies a token or two), the optimistic rate
     never loses on a handful of trials: K=0 comes after evidence_to_stop trials, as without the rule."""

@@ -62,6 +62,9 @@ class AdaptiveSettings(_Strict):
                                                 "warm-up, firming up a thin estimate) only when what it may "
                                                 "gain over the regime's expected length outweighs the visit's "
                                                 "cost.")
+    start_gamma: Optional[int] = Field(
+        None, ge=0, le=MAX_GAMMA, description="Online policy: K of the engine's first decisions (default: the "
+                                              "maximum K, vLLM's own choice).")
     gamma0_mode: Literal["sticky", "sync"] = Field(
         "sticky", description="Model drafters' K=0: sticky holds it until the batch drains, sync asks every step.")
     gamma0_reprobe_steps: int = Field(

@@ -104,6 +104,8 @@ class OnlineConfig:
             acceptance_runs=adaptive.acceptance_model == "run",
             sure_zero=method != "ngram",
             visit_value=adaptive.visit_value,
+            start_gamma=None if adaptive.start_gamma is None else min(max(adaptive.start_gamma, adaptive.min_gamma),
+                                                                       max_gamma),
             seed=adaptive.seed,
         )
 

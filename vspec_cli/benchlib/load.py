@@ -123,8 +123,8 @@ def request_body(model: str, prompt: str, sampling: Sampling, seed: Optional[int
                  max_tokens: Optional[int] = None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
-        "stream_options": {"include_usage": True}, "max_tokens": max_tokens or sampling.max_tokens,
-        "temperature": sampling.temperature,
+        "stream_options": {"include_usage": True},
+        "max_tokens": sampling.max_tokens if max_tokens is None else max_tokens, "temperature": sampling.temperature,
     }
     if sampling.top_p is not None:
         body["top_p"] = sampling.top_p

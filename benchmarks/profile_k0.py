@@ -121,17 +121,17 @@ class StepTimers:
 
 def attach_timers(engine) -> StepTimers:
     """Timers on the in-process engine core, its scheduler and its model runner. The base Scheduler's
-    methods are wrapped on the class, so vspec's subclass reaches them through super() timed apart."""
+    methods are wrapped on the class first, then the scheduler's own on the instance: vspec's subclass
+    reaches the base through super(), so "(all)" minus "(vLLM's)" is vspec's part (0 for target-only)."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
     core = engine.llm.llm_engine.engine_core.engine_core
     runner = core.model_executor.driver_worker.worker.model_runner
     timers = StepTimers()
     timers.wrap(core, "step_fn", "engine step")
-    timers.wrap(core.scheduler, "schedule", "schedule (all)")
-    timers.wrap(Scheduler, "schedule", "schedule (vLLM's)")
-    timers.wrap(core.scheduler, "update_from_output", "update_from_output (all)")
-    timers.wrap(Scheduler, "update_from_output", "update_from_output (vLLM's)")
+    for method in ("schedule", "update_from_output"):
+        timers.wrap(Scheduler, method, f"{method} (vLLM's)")
+        timers.wrap(core.scheduler, method, f"{method} (all)")
     for method in ("execute_model", "_model_forward", "sample_tokens", "propose_draft_token_ids", "_prepare_inputs",
                    "_update_states", "take_draft_token_ids"):
         if hasattr(runner, method):

@@ -10,6 +10,7 @@ import typer
 from vspec_cli._errors import VspecError
 from vspec_cli._factory import typer_factory
 from vspec_cli.commands import bench, completion, doctor, fit, lifecycle, models, profile, serve, switches
+from vspec_cli.process import unwind_on_sigterm
 from vspec_runtime import __version__, envs
 
 app = typer_factory(
@@ -86,6 +87,7 @@ def main() -> None:
     Under --json a typed error, a usage error or a crash also prints one vspec/error/1 object on
     stdout; the human message (or traceback) stays on stderr and the exit code is unchanged.
     """
+    unwind_on_sigterm()  # engines and servers in groups of their own must stop with us
     debug = bool(envs.get("VSPEC_DEBUG", False))
     as_json = _wants_json(sys.argv[1:])
     try:

@@ -28,14 +28,40 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def stop_group(pgid: int, grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM the whole process group, wait, then SIGKILL whatever is left."""
+def stop_group(pgid: int, grace: float = GRACE_SECONDS, leader: Optional[subprocess.Popen] = None) -> None:
+    """SIGTERM the whole process group, wait, then SIGKILL whatever is left.
+
+    ``leader``: the group's leader when it is our child. It is reaped while we wait: an exited child
+    stays a zombie until its parent waits for it, and a zombie keeps its group alive, so without the
+    reaping every stop of a running engine waited out the whole grace period (20-30 s) after it had
+    exited.
+    """
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and _group_alive(pgid):
+        if leader is not None:
+            leader.poll()
         time.sleep(0.2)
     if _group_alive(pgid):
         _signal_group(pgid, signal.SIGKILL)
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM end this process the way Ctrl-C does: by raising in the main thread
+    (SystemExit, status 128 + 15), so that every ``finally`` runs.
+
+    vspec's engines and servers run in process groups of their own (``engine_child``, the serve
+    driver's servers), stopped by ``finally`` blocks on the way out. Python's default SIGTERM ends the
+    process without running them, so `timeout`, `kill` or a CI job's cancel left those groups serving
+    on, holding the machine's memory and cores. A second SIGTERM while unwinding is ignored: the
+    cleanup has its own SIGKILL deadline, and a signal raised inside it would cut it short.
+    """
+
+    def unwind(signum, _frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
 
 
 def run_foreground(argv: list[str], env: dict[str, str]) -> int:

@@ -82,7 +82,7 @@ def test_stopping_a_running_child_does_not_wait_out_the_grace_period():
                              start_new_session=True, stdout=subprocess.PIPE)
     child.stdout.readline()  # running, its SIGTERM disposition the default
     started = time.monotonic()
-    stop_group(child.pid, grace=grace, leader=child)
+    stop_group(child, grace=grace)
     assert time.monotonic() - started < grace, "stop_group waited out the grace on an exited child"
     assert child.returncode == -signal.SIGTERM
     child.stdout.close()
@@ -92,7 +92,7 @@ def test_stopping_a_running_child_does_not_wait_out_the_grace_period():
 # shape without its minute of start-up: what is tested is who stops the group, not the engine); the
 # stand-in writes its worker's pid to a file, because the bench reads the child's stdout itself.
 BENCH_WITH_STAND_IN = """
-import os, sys
+import sys
 from vspec_cli import engine_child
 stand_in = {stand_in!r}.replace("print(worker.pid, flush=True)", "open({pid_file!r}, 'w').write(str(worker.pid))")
 engine_child.offline_run_argv = lambda *args: [sys.executable, "-c", stand_in]

@@ -37,5 +37,5 @@ def engine_child(args: list[str], grace: float = GRACE_SECONDS, **popen_kwargs: 
     try:
         yield child
     finally:
-        stop_group(child.pid, grace=grace if child.poll() is None else 0, leader=child)
+        stop_group(child, grace=grace if child.poll() is None else 0)
         child.wait()

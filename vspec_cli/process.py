@@ -28,19 +28,19 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def stop_group(pgid: int, grace: float = GRACE_SECONDS, leader: Optional[subprocess.Popen] = None) -> None:
-    """SIGTERM the whole process group, wait, then SIGKILL whatever is left.
+def stop_group(leader: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM the process group our child ``leader`` leads (started with ``start_new_session``), wait,
+    then SIGKILL whatever is left.
 
-    ``leader``: the group's leader when it is our child. It is reaped while we wait: an exited child
-    stays a zombie until its parent waits for it, and a zombie keeps its group alive, so without the
-    reaping every stop of a running engine waited out the whole grace period (20-30 s) after it had
-    exited.
+    The leader is reaped while we wait: an exited child stays a zombie until its parent waits for it,
+    and a zombie keeps its group alive, so without the reaping every stop of a running engine waited
+    out the whole grace period (20-30 s) after it had exited.
     """
+    pgid = leader.pid
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and _group_alive(pgid):
-        if leader is not None:
-            leader.poll()
+        leader.poll()
         time.sleep(0.2)
     if _group_alive(pgid):
         _signal_group(pgid, signal.SIGKILL)
@@ -96,7 +96,7 @@ def run_foreground(argv: list[str], env: dict[str, str]) -> int:
                 continue
     finally:
         # vLLM's main process may exit before its engine and workers: sweep the group either way.
-        stop_group(child.pid, grace=GRACE_SECONDS if _group_alive(child.pid) else 0)
+        stop_group(child, grace=GRACE_SECONDS if _group_alive(child.pid) else 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if received:

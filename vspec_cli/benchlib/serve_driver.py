@@ -144,7 +144,7 @@ class Server:
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop_group(self.proc.pid, grace=30 if self.proc.poll() is None else 0, leader=self.proc)
+            stop_group(self.proc, grace=30 if self.proc.poll() is None else 0)
             self.proc.wait()
             self._log.close()
 

@@ -74,6 +74,13 @@ def test_online_settings_put_two_controllers_side_by_side():
     assert trimmed_spec.adaptive.per_request and trimmed_spec.adaptive.online_window == 8
 
 
+def test_online_settings_whose_names_hold_digits_are_accepted():
+    """Keys such as gamma0_reprobe_steps or paired_k0 name a digit; the parser once took letters only."""
+    (policy,) = parse_policies("online:paired_k0=true,gamma0_reprobe_steps=64")
+    spec = policy_spec(BASE, policy)
+    assert spec.adaptive.paired_k0 and spec.adaptive.gamma0_reprobe_steps == 64
+
+
 def test_an_online_setting_the_spec_refuses_names_the_policy():
     (policy,) = parse_policies("online:hysteresis=2")
     with pytest.raises(UserInputError, match="online:hysteresis=2"):

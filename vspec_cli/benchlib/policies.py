@@ -31,7 +31,7 @@ from vspec_runtime.spec import MAX_GAMMA, RuntimeSpec, SpecError, validate_spec
 POLICY_SYNTAX = ("target-only, fixed:K, fixed:K1-K2, vllm-fixed:K, table:B=K[,B=K...], online, per-request, "
                  "online:KEY=VALUE[,KEY=VALUE...], profile:PATH")
 _TABLE_ENTRY = re.compile(r"^\s*(\d+)\s*=\s*(\d+)\s*$")
-_SETTING_ENTRY = re.compile(r"^\s*([a-z_]+)\s*=\s*(.+?)\s*$")
+_SETTING_ENTRY = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*=\s*(.+?)\s*$")
 # What the bench itself sets for every policy: not open to online:KEY=VALUE.
 _BENCH_OWNED_SETTINGS = frozenset({"enabled", "policy", "profile", "table", "fixed_gamma", "sweep_gammas", "trace",
                                    "samples", "per_request"})

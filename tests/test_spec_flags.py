@@ -60,7 +60,6 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.model_guided": ("false", False),
     "adaptive.batch_acceptance": ("false", False),
     "adaptive.token_costs": ("false", False),
-    "adaptive.paired_k0": ("true", True),
     "adaptive.coverage_weighting": ("false", False),
     "adaptive.acceptance_model": ("run", "run"),
     "adaptive.visit_value": ("false", False),

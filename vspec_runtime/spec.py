@@ -51,9 +51,6 @@ class AdaptiveSettings(_Strict):
     token_costs: bool = Field(True, description="Online policy: price each K by a line of step cost against "
                                                 "verified tokens over the latest steps (where the drafter's "
                                                 "fills vary, n-gram), not by that K's own window.")
-    paired_k0: bool = Field(False, description="Online policy, with token_costs: price K=0 against the drafting "
-                                               "steps it ran back to back with (switches between the two), "
-                                               "not by its own window from another spell of the machine.")
     coverage_weighting: bool = Field(True, description="Online policy, n-gram lookup: read E[K] per token of the "
                                                        "text recent steps covered, not per step (a larger K "
                                                        "crosses the runs it copies in fewer steps). Model "

@@ -12,7 +12,6 @@ from collections import deque
 from typing import Any
 
 from vspec_runtime.control.base import BucketK
-from vspec_runtime.control.paired_premium import PairedPremium
 from vspec_runtime.control.per_request import StepCostLine
 from vspec_runtime.control.window import ArmWindow
 
@@ -40,7 +39,6 @@ class BucketState(BucketK):
         "challenger_streak",
         "recent_costs",
         "cost_line",
-        "k0_premium",
         "firmed_up_at",
         "regime_start",
     )
@@ -63,8 +61,6 @@ class BucketState(BucketK):
         # Cost per request against tokens verified per request, over the latest steps of any K > 0: what
         # the online policy prices arms with when ``token_costs`` is on (``OnlinePolicy._arm_costs``).
         self.cost_line = _new_cost_line()
-        # K=0's cost over the line, read where K=0 and drafting steps ran back to back (paired_premium.py).
-        self.k0_premium = PairedPremium()
         # ``samples`` when each arm was last firmed up: a firm-up that no cost sample of this bucket
         # followed is not repeated until one does (``OnlinePolicy._unsure_contenders``).
         self.firmed_up_at: dict[int, int] = {}
@@ -79,7 +75,6 @@ class BucketState(BucketK):
         """Drop every arm's measurements (the workload changed); step counts and the stall reference stay."""
         self.arms.clear()
         self.cost_line = _new_cost_line()
-        self.k0_premium.clear()
         self.rewards = {}
         self.target = None
         self.challenger = None

@@ -185,21 +185,9 @@ class OnlinePolicy(Policy):
         interval_ms = bucket.without_stall(feedback.interval_ms, feedback.batch_size)
         verified = feedback.batched_tokens or None  # 0: the caller did not say
         arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps, verified)
-        if self.config.paired_k0:
-            self._observe_premium(bucket, feedback.gamma, interval_ms / feedback.batch_size,
-                                  (verified or feedback.batch_size) / feedback.batch_size)
         if verified is not None and feedback.gamma > 0:
             bucket.cost_line.observe(verified / feedback.batch_size, interval_ms / feedback.batch_size)
         bucket.samples += 1
-
-    def _observe_premium(self, bucket: BucketState, gamma: int, ms_per_request: float, verified: float) -> None:
-        line = bucket.cost_line.line()
-        if line is None:
-            return
-        fixed_ms, per_token_ms = line
-        predicted = fixed_ms + per_token_ms * verified
-        if predicted > 0.0:
-            bucket.k0_premium.observe(gamma == 0, ms_per_request / predicted)
 
     def _forget_costs_after_a_phase_change(self) -> None:
         """When the acceptance model notices a new workload phase, every bucket forgets its arm costs.
@@ -451,18 +439,13 @@ class OnlinePolicy(Policy):
         K=0 where it ran 8% slower, and the policy kept visiting it (docs/benchmarks.md, run 11).
         """
         costs = {gamma: arm.ms_per_request_step for gamma, arm in measured.items()}
-        premium = bucket.k0_premium.premium() if self.config.paired_k0 else None
-        priced = self._fills_vary(bucket) or (premium is not None and bucket.gamma == 0 and any(
-            arm.verified_variance() >= COST_LINE_MIN_VARIANCE for gamma, arm in measured.items() if gamma > 0))
-        line = bucket.cost_line.line() if self.config.token_costs and priced else None
+        line = bucket.cost_line.line() if self.config.token_costs and self._fills_vary(bucket) else None
         if line is None:
             return costs
         fixed_ms, per_token_ms = line
         for gamma, arm in measured.items():
             if gamma > 0:
                 costs[gamma] = max(fixed_ms + per_token_ms * arm.verified_per_request_step, 1e-6)
-        if premium is not None and 0 in measured:
-            costs[0] = max(premium * (fixed_ms + per_token_ms * measured[0].verified_per_request_step), 1e-6)
         return costs
 
     def expected_committed_curve(self) -> list[float]:

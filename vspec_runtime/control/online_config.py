@@ -58,9 +58,6 @@ class OnlineConfig:
     # instead of each arm's own window (``OnlinePolicy._arm_costs``): robust to a machine whose speed
     # wanders between the visits of two arms, where the drafter's fills vary (n-gram lookup).
     token_costs: bool = True
-    # With token_costs, price K=0 as a premium over the line read at switches between K=0 and
-    # drafting steps, instead of K=0's own window (paired_premium.py).
-    paired_k0: bool = False
     # Scale the drafts E[K] counts by how much fewer steps K spends inside runs the drafter gets right
     # than the steps observed did (coverage.py): per-step means read at a small K flatter a large K.
     # Right where acceptance is a property of the text (n-gram lookup copies it); from_settings sets
@@ -103,7 +100,6 @@ class OnlineConfig:
             model_guided=adaptive.model_guided,
             batch_acceptance=adaptive.batch_acceptance,
             token_costs=adaptive.token_costs,
-            paired_k0=adaptive.paired_k0,
             coverage_weighting=adaptive.coverage_weighting and method == "ngram",
             acceptance_runs=adaptive.acceptance_model == "run",
             sure_zero=method != "ngram",

@@ -75,10 +75,10 @@ def test_online_settings_put_two_controllers_side_by_side():
 
 
 def test_online_settings_whose_names_hold_digits_are_accepted():
-    """Keys such as gamma0_reprobe_steps or paired_k0 name a digit; the parser once took letters only."""
-    (policy,) = parse_policies("online:paired_k0=true,gamma0_reprobe_steps=64")
+    """Keys such as gamma0_mode or gamma0_reprobe_steps name a digit; the parser once took letters only."""
+    (policy,) = parse_policies("online:gamma0_mode=sync,gamma0_reprobe_steps=64")
     spec = policy_spec(BASE, policy)
-    assert spec.adaptive.paired_k0 and spec.adaptive.gamma0_reprobe_steps == 64
+    assert spec.adaptive.gamma0_mode == "sync" and spec.adaptive.gamma0_reprobe_steps == 64
 
 
 def test_an_online_setting_the_spec_refuses_names_the_policy():

@@ -147,6 +147,7 @@ def test_a_prompt_file_is_a_workload(tmp_path):
     (["--workload", "nonsense"], "unknown workload 'nonsense'"),
     (["--batch", "0"], "--batch"),
     (["--batch", "1,x"], "--batch"),
+    (["--driver", "serve", "--rates", "1", "--step-samples"], "--step-samples is for the offline driver"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, message):
     result = run_cli(capsys, "bench", "--preset", "demo", *args)
@@ -461,6 +462,7 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path, mode, policie
         "--gpu-memory-utilization", "0.3", "--adaptive-control-interval", "1", "--adaptive-min-gamma", "1",
         "--policies", policies, "--mode", mode, "--workload", str(prompts), "--batch", "2", "--rounds", "2",
         "--max-tokens", "24", "--ignore-eos", "--repeats", "1", "--enforce-eager", "--out", str(out), "--json",
+        "--step-samples",
     )
     assert result.exit_code == 0, result.stderr[-3000:]
     document = json.loads(result.stdout)
@@ -509,6 +511,19 @@ def test_small_bench_on_tiny_models(capsys, tiny_models, tmp_path, mode, policie
         assert warm and max(line["time"] for line in warm) < first_timed
         assert {(line["policy"], line["gamma"]) for line in warm} == {(f"warm-up:K={k}", k) for k in range(4)}
         assert {line["batch_size"] for line in warm if line["policy"] == "warm-up:K=3"} == {1, 2}
+        # --step-samples: every verified step under its label; each label's steps commit exactly the
+        # tokens its row counts, and a constant-K label's stable steps ran at its K.
+        samples = [json.loads(line) for line in (out / "traces" / "vspec-r1.samples.jsonl").read_text().splitlines()]
+        for label in ("fixed:1", "fixed:3", "online"):
+            steps = [line for line in samples if line.get("policy") == label]
+            assert sum(line["committed"] for line in steps) == cell["policies"][label]["output_tokens"]
+            assert all(line["interval_ms"] > 0 and line["batched_tokens"] >= line["batch_size"] for line in steps)
+            if label.startswith("fixed:"):
+                assert {line["gamma"] for line in steps if line["stable"]} == {int(label[-1])}
+    else:
+        samples = [json.loads(line) for line in (out / "traces" / "online-r1.samples.jsonl").read_text().splitlines()]
+        assert samples and all("policy" not in line for line in samples)  # the engine runs one policy
+        assert sum(line["committed"] for line in samples) >= online["output_tokens"]  # plus its start-up request
 
     assert (out / "results.md").read_text().startswith("# vspec bench results")
     assert [Path(p).name for p in document["files"]["plots"]] == ["throughput.png", "k_over_time.png"]

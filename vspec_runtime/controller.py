@@ -353,6 +353,9 @@ class AdaptiveController:
             "batched_tokens": feedback.batched_tokens,
             "request_ids": list(request_ids),
         }
+        active = getattr(self.policy, "active", None)
+        if active is not None:
+            line["policy"] = active  # a bench engine's label for the policy this step ran under
         self._samples.write(json.dumps(line) + "\n")
 
     def snapshot(self) -> dict[str, Any]:

@@ -116,7 +116,9 @@ def plan_engines(plan: BenchPlan, repeat: int) -> EngineLayout:
         trace = (plan.out_dir / "traces" / f"{VSPEC_ENGINE}-r{repeat + 1}.jsonl").resolve()
         traces[VSPEC_ENGINE] = trace
         data = base.model_dump()
-        data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
+        samples = plan.samples_path(trace)
+        data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0,
+                                               samples=None if samples is None else str(samples)))
         request = _request(plan, validate_spec(data), drafter=True)
         request["bench_policies"] = labelled
         requests[VSPEC_ENGINE] = request
@@ -245,7 +247,9 @@ def run_interleaved(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
 def _one_repeat(plan: BenchPlan, repeat: int, on_event: Event) -> list[EngineRun]:
     layout = plan_engines(plan, repeat)
     for trace in layout.traces.values():
-        trace.unlink(missing_ok=True)
+        for path in (trace, plan.samples_path(trace)):
+            if path is not None:
+                path.unlink(missing_ok=True)  # the controller appends
     labels = [p.label for p in plan.policies]
     started = time.perf_counter()
     records = {label: EngineRun(label, repeat, position, ok=True, wall_s=0.0,

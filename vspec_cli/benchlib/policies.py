@@ -162,8 +162,10 @@ def _parse_table(arg: str, item: str) -> dict[int, int]:
     return table
 
 
-def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = None) -> RuntimeSpec:
-    """The spec ``policy`` runs with: the base spec with its method, gamma and controller replaced."""
+def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = None,
+                samples: Optional[Path] = None) -> RuntimeSpec:
+    """The spec ``policy`` runs with: the base spec with its method, gamma and controller replaced;
+    an adaptive policy writes its decisions to ``trace`` and, if given, every verified step to ``samples``."""
     data: dict[str, Any] = base.model_dump()
     adaptive = dict(data["adaptive"], enabled=policy.adaptive, profile=None, table=None, fixed_gamma=None,
                     sweep_gammas=None, trace=None, samples=None, per_request=policy.per_request)
@@ -180,6 +182,7 @@ def policy_spec(base: RuntimeSpec, policy: BenchPolicy, trace: Optional[Path] = 
         adaptive.update(policy.settings)
         adaptive["policy"] = policy.kind
         adaptive["trace"] = str(trace) if trace else None
+        adaptive["samples"] = str(samples) if samples else None
         if policy.kind == "table":
             adaptive["table"] = policy.table
         if policy.kind == "profile":

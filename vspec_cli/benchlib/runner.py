@@ -51,6 +51,7 @@ class BenchPlan:
     temperature: float = 0.0  # 0: greedy (outputs compared with target-only); > 0: sampled, seeded per prompt
     top_p: Optional[float] = None
     prompts: str = "same"  # same: every round repeats the cell's prompts; new: new prompts each round
+    step_samples: bool = False  # controllers also write every verified step beside their trace
 
     def specs(self) -> dict[str, RuntimeSpec]:
         """Each policy's spec (validated up front, so a bad policy fails before any engine starts)."""
@@ -58,6 +59,12 @@ class BenchPlan:
 
     def trace_path(self, policy: BenchPolicy, repeat: int) -> Path:
         return self.out_dir / "traces" / f"{file_label(policy.label)}-r{repeat + 1}.jsonl"
+
+    def samples_path(self, trace: Optional[Path]) -> Optional[Path]:
+        """Where the engine that writes ``trace`` records every verified step (``--step-samples``), or None."""
+        if trace is None or not self.step_samples:
+            return None
+        return trace.with_name(f"{trace.stem}.samples.jsonl")
 
     def phase_requests(self) -> list[dict[str, Any]]:
         requests = []
@@ -137,9 +144,11 @@ def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
         for position, policy in enumerate(rotated(plan.policies, repeat)):
             on_event("engine", policy=policy.label, repeat=repeat, index=len(runs), total=total)
             trace = plan.trace_path(policy, repeat).resolve() if policy.adaptive else None
-            if trace is not None:
-                trace.unlink(missing_ok=True)  # the controller appends
-            spec = policy_spec(plan.base_spec, policy, trace)
+            samples = plan.samples_path(trace)
+            for path in (trace, samples):
+                if path is not None:
+                    path.unlink(missing_ok=True)  # the controller appends
+            spec = policy_spec(plan.base_spec, policy, trace, samples)
             run = run_engine(plan, policy, spec, repeat, position, on_event)
             runs.append(run)
             with (plan.out_dir / "runs.jsonl").open("a", encoding="utf-8") as partial:

@@ -109,6 +109,10 @@ def bench(
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="Skip vLLM's compilation: engines start in seconds "
                                                 "(for quick checks; not how `vspec serve` runs).",
                                                 rich_help_panel=ADVANCED_PANEL)] = False,
+    step_samples: Annotated[bool, typer.Option("--step-samples", help="offline driver: the controllers also write "
+                                               "every verified step (policy, K, step time, tokens verified) to "
+                                               "traces/*.samples.jsonl, to study what they measured; a line a step, "
+                                               "so off by default.", rich_help_panel=ADVANCED_PANEL)] = False,
     config: ConfigOpt = None,
     *,
     spec_overrides: SpecOverrides,
@@ -142,6 +146,8 @@ def bench(
         from vspec_cli.benchlib.serve_cli import validate_serve_options
 
         validate_serve_options(bench_policies, workloads, rates)
+        if step_samples:
+            raise UserInputError("--step-samples is for the offline driver (the serve driver keeps its trace only)")
     spec = resolve_spec(preset, str(config) if config else None, spec_overrides)
     for policy in bench_policies:
         policy_spec(spec, policy)  # every policy's spec validates before any engine starts
@@ -160,7 +166,7 @@ def bench(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,
         cells=build_cells(workloads, batches, rounds, same_prompts=prompts == "same"), repeats=repeats, max_tokens=max_tokens,
         ignore_eos=ignore_eos, out_dir=out_dir, engine_overrides={"enforce_eager": True} if enforce_eager else {},
-        mode=mode, temperature=temperature, top_p=top_p, prompts=prompts,
+        mode=mode, temperature=temperature, top_p=top_p, prompts=prompts, step_samples=step_samples,
     )
     for note in model_paths.notes:
         _output.warn(note)

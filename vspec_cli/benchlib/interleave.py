@@ -247,9 +247,7 @@ def run_interleaved(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
 def _one_repeat(plan: BenchPlan, repeat: int, on_event: Event) -> list[EngineRun]:
     layout = plan_engines(plan, repeat)
     for trace in layout.traces.values():
-        for path in (trace, plan.samples_path(trace)):
-            if path is not None:
-                path.unlink(missing_ok=True)  # the controller appends
+        plan.remove_controller_files(trace)
     labels = [p.label for p in plan.policies]
     started = time.perf_counter()
     records = {label: EngineRun(label, repeat, position, ok=True, wall_s=0.0,

@@ -66,6 +66,12 @@ class BenchPlan:
             return None
         return trace.with_name(f"{trace.stem}.samples.jsonl")
 
+    def remove_controller_files(self, trace: Path) -> None:
+        """Delete an engine's trace and step samples from an earlier bench: the controller appends."""
+        for path in (trace, self.samples_path(trace)):
+            if path is not None:
+                path.unlink(missing_ok=True)
+
     def phase_requests(self) -> list[dict[str, Any]]:
         requests = []
         for cell in self.cells:
@@ -144,11 +150,9 @@ def run_bench(plan: BenchPlan, on_event: Event) -> list[EngineRun]:
         for position, policy in enumerate(rotated(plan.policies, repeat)):
             on_event("engine", policy=policy.label, repeat=repeat, index=len(runs), total=total)
             trace = plan.trace_path(policy, repeat).resolve() if policy.adaptive else None
-            samples = plan.samples_path(trace)
-            for path in (trace, samples):
-                if path is not None:
-                    path.unlink(missing_ok=True)  # the controller appends
-            spec = policy_spec(plan.base_spec, policy, trace, samples)
+            if trace is not None:
+                plan.remove_controller_files(trace)
+            spec = policy_spec(plan.base_spec, policy, trace, plan.samples_path(trace))
             run = run_engine(plan, policy, spec, repeat, position, on_event)
             runs.append(run)
             with (plan.out_dir / "runs.jsonl").open("a", encoding="utf-8") as partial:

@@ -15,7 +15,7 @@ import pytest
 
 from cli_helpers import run_cli
 from vspec_cli.benchlib import load as loadlib
-from vspec_cli.benchlib import serve_report
+from vspec_cli.benchlib import serve_cli, serve_report
 from vspec_cli.benchlib.policies import parse_policies
 from vspec_cli.benchlib.serve_driver import LoadRun
 
@@ -53,6 +53,26 @@ def test_a_ramp_rises_to_its_peak_at_half_time_and_falls_back():
     times = [a.at_s for a in loadlib.arrivals(shape, PROMPTS, seed=2)]
     thirds = [sum(lo <= t < lo + 100 for t in times) for lo in (0, 100, 200)]
     assert thirds[1] > 1.5 * thirds[0] and thirds[1] > 1.5 * thirds[2]
+
+
+def test_a_closed_loop_gives_every_policy_the_same_prompts_in_the_same_order():
+    shape = loadlib.LoadShape("clients", 0.0, 2.0, clients=3)
+    schedule = loadlib.arrivals(shape, PROMPTS, seed=5)
+    assert schedule == loadlib.arrivals(shape, PROMPTS, seed=5) != loadlib.arrivals(shape, PROMPTS, seed=6)
+    assert shape.label == "3 clients" and [a.index for a in schedule] == list(range(len(schedule)))
+    # Written out in advance, so it must outlast any server: more requests than clients could finish.
+    assert len(schedule) >= 3 * 2.0 * 10 and {a.at_s for a in schedule} == {0.0}
+
+
+@pytest.mark.parametrize(("rates", "concurrency", "labels"), [
+    (None, None, ["0.25 req/s", "0.5 req/s", "1 req/s", "2 req/s", "4 req/s"]),
+    (None, "8", ["8 clients"]),  # closed loops only: the default rates are not added
+    ("2", "4,8", ["2 req/s", "4 clients", "8 clients"]),
+])
+def test_serve_loads_are_rates_then_closed_loops_then_the_ramp(rates, concurrency, labels):
+    loads = serve_cli.load_shapes(rates, concurrency, 12.0, 3.0, 24.0, 1.0)
+    assert [load.label for load in loads] == labels + ["ramp to 3 req/s"]
+    assert all(load.duration_s == 12.0 for load in loads[:-1])
 
 
 def test_a_short_load_still_sends_a_few_requests():
@@ -175,6 +195,9 @@ def test_every_server_is_warmed_on_the_pool_and_every_k_down_to_batch_one(tmp_pa
 @pytest.mark.parametrize(("args", "message"), [
     (["--rates", "1,x"], "--rates"),
     (["--rates", "0"], "> 0"),
+    (["--rates", ""], "--rates"),
+    (["--concurrency", "8,x"], "--concurrency"),
+    (["--concurrency", "0"], ">= 1"),
     (["--policies", "target-only,vllm-fixed:3"], "vllm-fixed:3"),
     (["--workload", "chat,nonsense"], "unknown workload"),
     (["--driver", "live"], "--driver"),
@@ -200,7 +223,7 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         capsys, "bench", "--driver", "serve", "--target-model", str(tiny_models["llama"]), "--method", "ngram",
         "--gamma", "3", "--dtype", "float32", "--device", "cpu", "--max-model-len", "512", "--max-num-seqs", "8",
         "--adaptive-control-interval", "1", "--adaptive-min-gamma", "1", "--policies", policies,
-        "--workload", str(prompts), "--rates", "4", "--duration", "1.5", "--ramp", "6", "--ramp-duration", "2",
+        "--workload", str(prompts), "--rates", "4", "--concurrency", "2", "--duration", "1.5", "--ramp", "6", "--ramp-duration", "2",
         "--rounds", "2", "--repeats", "1", "--max-tokens", "16", "--ignore-eos", "--enforce-eager",
         "--out", str(out), "--json",
     )
@@ -208,7 +231,7 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
     document = json.loads(result.stdout)
     assert document["driver"] == "serve" and document["settings"]["prefix_caching"] is True
     assert all(server["ok"] for server in document["servers"])
-    assert [c["load"] for c in document["cells"]] == ["4 req/s", "ramp to 6 req/s"]
+    assert [c["load"] for c in document["cells"]] == ["4 req/s", "2 clients", "ramp to 6 req/s"]
     for cell in document["cells"]:
         rows = cell["policies"]
         assert list(rows) == policies.split(",")
@@ -225,11 +248,20 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         assert set(rows["online"]["k_histogram"]) != {"1"}, "online ran at fixed:1's K: no switch between loads"
         assert rows["fixed:1"]["acceptance_length"] > 1.0
     assert {c["verdict"] for c in document["checks"]} <= {"met", "missed", "not resolved"}
-    assert len(document["checks"]) == 6  # per load: tok/s, TPOT p50, TPOT request by request
+    assert len(document["checks"]) == 9  # per load: tok/s, TPOT p50, TPOT request by request
     for cell in document["cells"]:  # every request answered by both: each round pairs them
         assert cell["policies"]["online"]["per_request_tpot_vs_best"]["pairs"] == 2
-    raw = (out / "requests" / "r1.jsonl").read_text().splitlines()
-    assert len(raw) == 2 * 2 * 3  # loads x rounds x policies
+    raw = [json.loads(line) for line in (out / "requests" / "r1.jsonl").read_text().splitlines()]
+    assert len(raw) == 3 * 2 * 3  # loads x rounds x policies
+    for run in (r for r in raw if r["load"] == "2 clients"):
+        # Closed loop: two requests in flight from the first send to the last, each client's next one
+        # sent only once its answer was complete, none sent after the load's 1.5 s.
+        requests = sorted(run["requests"], key=lambda r: r["sent_at"])
+        assert len(requests) > 2 and all(r["ok"] for r in requests)
+        assert requests[-1]["sent_at"] - requests[0]["sent_at"] < 1.5
+        for request in requests[2:]:
+            in_flight = [r for r in requests if r["sent_at"] < request["sent_at"] < r["done_at"]]
+            assert len(in_flight) == 1, (run["policy"], request["index"])
     assert (out / "results.md").read_text().startswith("# vspec bench (serve driver)")
     assert sorted(Path(p).name for p in document["files"]["plots"]) == ["ramp_k.png", "rates.png"]
     # The vspec server was warmed at every K before the first load, batches draining to one request,

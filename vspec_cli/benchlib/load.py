@@ -13,6 +13,12 @@ vLLM's definitions, so the numbers read the same:
 Arrivals: a gamma process (shape = burstiness, 1 = Poisson) at a constant rate, or a ramp that rises
 linearly from a low rate to a peak at half time and falls back (Poisson thinning). Each schedule is
 drawn from a seed, so every policy of a bench round gets the same arrival times and prompts.
+
+Closed-loop loads (``clients``, as ``vllm bench serve --max-concurrency``): a fixed number of clients,
+each sending its next request as soon as its answer is complete, for ``duration_s`` seconds; answers in
+flight then are waited for. The server's batch stays near the number of clients, refilled as requests
+finish, which is the steady state of a busy server at that concurrency. Every policy of a round gets the
+same prompts in the same order (a faster one gets further down the list).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 MIN_REQUESTS = 3
+# A closed-loop schedule is written out in advance: at most this many requests per client and second,
+# far above what a server answers (a 48-token answer takes about a second on this CPU).
+CLOSED_LOOP_MAX_PER_CLIENT_S = 20
 RAMP_LOW_SHARE = 0.1  # a ramp starts and ends at this share of its peak rate
 REQUEST_TIMEOUT_S = 600
 
@@ -41,13 +50,16 @@ class Arrival:
 
 @dataclass(frozen=True)
 class LoadShape:
-    kind: str  # "rate" (constant) or "ramp" (rise to peak, fall back)
-    rate: float  # requests per second: the constant rate, or the ramp's peak
+    kind: str  # "rate" (constant), "ramp" (rise to peak, fall back) or "clients" (closed loop)
+    rate: float  # requests per second: the constant rate, or the ramp's peak; 0 for a closed loop
     duration_s: float
     burstiness: float = 1.0
+    clients: int = 0  # closed loop: this many clients, each with one request in flight
 
     @property
     def label(self) -> str:
+        if self.kind == "clients":
+            return f"{self.clients} clients"
         return f"{self.rate:g} req/s" if self.kind == "rate" else f"ramp to {self.rate:g} req/s"
 
     def rate_at(self, t: float) -> float:
@@ -62,6 +74,9 @@ class LoadShape:
 def arrivals(shape: LoadShape, prompts: list[str], seed: int) -> list[Arrival]:
     """The load's requests: arrival times within ``duration_s`` (at least MIN_REQUESTS) and prompts."""
     rng = random.Random(seed)
+    if shape.kind == "clients":  # sent as answers come back: no times, only the order
+        count = shape.clients * math.ceil(shape.duration_s * CLOSED_LOOP_MAX_PER_CLIENT_S)
+        return [Arrival(0.0, prompts[rng.randrange(len(prompts))], i) for i in range(count)]
     times = _ramp_times(shape, rng) if shape.kind == "ramp" else _gamma_times(shape, rng)
     return [Arrival(round(t, 4), prompts[rng.randrange(len(prompts))], i) for i, t in enumerate(times)]
 
@@ -182,15 +197,45 @@ async def _run(base_url: str, model: str, schedule: list[Arrival], sampling: Sam
                 await asyncio.sleep(delay)
             record = RequestRecord(arrival.index, sent_at=time.perf_counter())
             records.append(record)
-            seed = None if sampling.seed is None else sampling.seed + arrival.index
-            body = request_body(model, arrival.prompt, sampling, seed, arrival.max_tokens)
+            body = _body_of(model, arrival, sampling)
             tasks.append(asyncio.create_task(_one_request(session, url, body, record)))
         await asyncio.gather(*tasks)
     return records
 
 
-def run_load(base_url: str, model: str, schedule: list[Arrival], sampling: Sampling) -> list[RequestRecord]:
-    """Send ``schedule`` open-loop (arrivals do not wait for earlier answers) and wait for every answer."""
+async def _run_closed_loop(base_url: str, model: str, schedule: list[Arrival], sampling: Sampling,
+                           clients: int, duration_s: float) -> list[RequestRecord]:
+    import aiohttp
+
+    url = f"{base_url}/v1/chat/completions"
+    records: list[RequestRecord] = []
+    pending = iter(schedule)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        deadline = time.perf_counter() + duration_s
+
+        async def client() -> None:
+            # One event loop: taking the next arrival and recording it happen without a switch between
+            # them, so records stay in schedule order.
+            while time.perf_counter() < deadline and (arrival := next(pending, None)) is not None:
+                record = RequestRecord(arrival.index, sent_at=time.perf_counter())
+                records.append(record)
+                await _one_request(session, url, _body_of(model, arrival, sampling), record)
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return records
+
+
+def _body_of(model: str, arrival: Arrival, sampling: Sampling) -> dict[str, Any]:
+    seed = None if sampling.seed is None else sampling.seed + arrival.index
+    return request_body(model, arrival.prompt, sampling, seed, arrival.max_tokens)
+
+
+def run_load(base_url: str, model: str, schedule: list[Arrival], sampling: Sampling,
+             shape: Optional[LoadShape] = None) -> list[RequestRecord]:
+    """Send ``schedule`` and wait for every answer: open-loop at the arrival times (arrivals do not wait
+    for earlier answers), or, for a closed-loop ``shape``, by its clients for its duration."""
+    if shape is not None and shape.kind == "clients":
+        return asyncio.run(_run_closed_loop(base_url, model, schedule, sampling, shape.clients, shape.duration_s))
     return asyncio.run(_run(base_url, model, schedule, sampling))
 
 

@@ -16,8 +16,12 @@ from vspec_cli._errors import UserInputError
 from vspec_cli.benchlib.load import LoadShape, Sampling
 from vspec_cli.benchlib.policies import BenchPolicy
 
+DEFAULT_RATES = "0.25,0.5,1,2,4"
 
-def parse_rates(text: str) -> list[float]:
+
+def parse_rates(text: str, required: bool = True) -> list[float]:
+    if not required and not text.strip():
+        return []
     try:
         rates = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -25,6 +29,33 @@ def parse_rates(text: str) -> list[float]:
     if not rates or min(rates) <= 0:
         raise UserInputError(f"--rates: rates must be > 0 requests per second, got '{text}'")
     return list(dict.fromkeys(rates))
+
+
+def parse_clients(text: Optional[str]) -> list[int]:
+    """--concurrency: comma-separated client counts of the closed-loop loads (none when not given)."""
+    if text is None:
+        return []
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserInputError(f"--concurrency: expected comma-separated whole numbers of clients, got '{text}'") from None
+    if not counts or min(counts) < 1:
+        raise UserInputError(f"--concurrency: client counts must be >= 1, got '{text}'")
+    return list(dict.fromkeys(counts))
+
+
+def load_shapes(rates: Optional[str], concurrency: Optional[str], duration: float, ramp: Optional[float],
+                ramp_duration: float, burstiness: float) -> list[LoadShape]:
+    """The loads of a serve bench in the order they run: rates, closed loops, then the ramp. Without
+    --rates, the default rates run unless --concurrency asked for closed loops only."""
+    clients = parse_clients(concurrency)
+    if rates is None:
+        rates = "" if clients else DEFAULT_RATES
+    loads = [LoadShape("rate", rate, duration, burstiness) for rate in parse_rates(rates, required=not clients)]
+    loads += [LoadShape("clients", 0.0, duration, clients=count) for count in clients]
+    if ramp:
+        loads.append(LoadShape("ramp", ramp, ramp_duration, burstiness))
+    return loads
 
 
 def check_policies(policies: list[BenchPolicy]) -> None:
@@ -44,15 +75,16 @@ def prompt_pool(workloads: list[Any]) -> tuple[str, list[str]]:
     return "+".join(w.name for w in workloads), list(dict.fromkeys(pool))
 
 
-def validate_serve_options(policies: list[BenchPolicy], workloads: list[Any], rates: str) -> None:
+def validate_serve_options(policies: list[BenchPolicy], workloads: list[Any], rates: Optional[str],
+                           concurrency: Optional[str]) -> None:
     """Everything the serve driver refuses, checked before any model is resolved or server started."""
     check_policies(policies)
     prompt_pool(workloads)
-    parse_rates(rates)
+    load_shapes(rates, concurrency, 1.0, None, 2.0, 1.0)
 
 
-def run_serve_driver(*, spec, model_paths, policies: list[BenchPolicy], workloads: list[Any], rates: str,
-                     duration: float, ramp: Optional[float], ramp_duration: float, burstiness: float, rounds: int,
+def run_serve_driver(*, spec, model_paths, policies: list[BenchPolicy], workloads: list[Any], rates: Optional[str],
+                     concurrency: Optional[str], duration: float, ramp: Optional[float], ramp_duration: float, burstiness: float, rounds: int,
                      repeats: int, max_tokens: int, temperature: float, top_p: Optional[float], ignore_eos: bool,
                      enforce_eager: bool, out_dir: Path, json_out: bool, progress) -> None:
     from vspec_cli.benchlib import report, session
@@ -60,9 +92,7 @@ def run_serve_driver(*, spec, model_paths, policies: list[BenchPolicy], workload
 
     check_policies(policies)
     workload, prompts = prompt_pool(workloads)
-    loads = [LoadShape("rate", rate, duration, burstiness) for rate in parse_rates(rates)]
-    if ramp:
-        loads.append(LoadShape("ramp", ramp, ramp_duration, burstiness))
+    loads = load_shapes(rates, concurrency, duration, ramp, ramp_duration, burstiness)
     plan = ServePlan(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=policies,
         prompts=prompts, loads=loads, rounds=rounds, repeats=repeats,

@@ -9,8 +9,8 @@ Per repeat, two servers run side by side, each started with the exact command `v
   vspec_runtime/controller.py), so each policy keeps its learned state across its loads;
 - a *target-only server* (no drafter).
 
-Each load (a constant request rate, or the ramp) runs ``rounds`` times; in every round each policy
-gets the same arrival times and prompts (one seed per load and round), in the balanced order of the
+Each load (a constant request rate, the ramp, or a closed loop of clients) runs ``rounds`` times; in
+every round each policy gets the same arrival times (or order) and prompts (one seed per load and round), in the balanced order of the
 offline bench (ABCD, DCBA, ...). A round of a policy is one paired sample, as in the offline bench
 (vspec_cli/benchlib/paired.py). Before the first load every server is warmed (``warm_up_loads``):
 it answers each prompt of the pool once, so the prefix cache holds them for every policy alike and
@@ -332,7 +332,7 @@ def _one_load(plan: ServePlan, server: Server, shape: loadlib.LoadShape, schedul
     records go to requests/, the summary to results.json)."""
     before = server.metrics() if server.name == VSPEC_SERVER else {}
     started = time.perf_counter()
-    records = loadlib.run_load(server.base_url, "bench", schedule, plan.sampling)
+    records = loadlib.run_load(server.base_url, "bench", schedule, plan.sampling, shape)
     ended = time.perf_counter()
     counters = counter_delta(before, server.metrics()) if server.name == VSPEC_SERVER else {}
     run = LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended,

@@ -127,7 +127,7 @@ def execute_serve(plan, *, workload: str, command: str, on_event: Event) -> dict
         "method": spec.method, "gamma": spec.gamma, "dtype": spec.serving.dtype, "max_num_seqs": spec.serving.max_num_seqs,
         "policies": [p.label for p in plan.policies], "workload": workload, "prompts": len(plan.prompts),
         "loads": [{"label": s.label, "kind": s.kind, "rate": s.rate, "duration_s": s.duration_s,
-                   "burstiness": s.burstiness} for s in plan.loads],
+                   "burstiness": s.burstiness, "clients": s.clients} for s in plan.loads],
         "duration_s": plan.loads[0].duration_s, "burstiness": plan.loads[0].burstiness,
         "rounds": plan.rounds, "repeats": plan.repeats, "max_tokens": plan.sampling.max_tokens,
         "temperature": plan.sampling.temperature, "top_p": plan.sampling.top_p, "ignore_eos": plan.sampling.ignore_eos,

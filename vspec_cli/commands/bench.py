@@ -21,7 +21,6 @@ from vspec_cli.workloads import help_text as workload_help
 
 BENCH_PANEL = "Benchmark"
 SERVE_PANEL = "Serve driver (--driver serve)"
-DEFAULT_RATES = "0.25,0.5,1,2,4"
 ADVANCED_PANEL = "Advanced"
 DEFAULT_POLICIES = "target-only,fixed:1,fixed:3,fixed:6,online"
 
@@ -93,12 +92,18 @@ def bench(
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-tokens tokens.",
                                              rich_help_panel=ADVANCED_PANEL)] = False,
     driver: Annotated[str, typer.Option("--driver", help="offline: batches submitted at once to in-process engines; "
-                                        "serve: live load (request rates, a ramp) through real servers.",
+                                        "serve: live load (request rates, a ramp, closed-loop clients) through real servers.",
                                         rich_help_panel=BENCH_PANEL)] = "offline",
-    rates: Annotated[str, typer.Option("--rates", help="serve driver: comma-separated request rates (req/s).",
-                                       rich_help_panel=SERVE_PANEL)] = DEFAULT_RATES,
-    duration: Annotated[float, typer.Option("--duration", min=1.0, help="serve driver: seconds of arrivals per load.",
-                                            rich_help_panel=SERVE_PANEL)] = 20.0,
+    rates: Annotated[Optional[str], typer.Option("--rates", help="serve driver: comma-separated request rates "
+                                                 "(req/s) [default: 0.25,0.5,1,2,4, none with --concurrency].",
+                                                 rich_help_panel=SERVE_PANEL, show_default=False)] = None,
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="serve driver: closed-loop loads, "
+                                                       "comma-separated client counts; each client sends its next "
+                                                       "request when its answer is complete (as vllm bench serve "
+                                                       "--max-concurrency).", rich_help_panel=SERVE_PANEL,
+                                                       show_default=False)] = None,
+    duration: Annotated[float, typer.Option("--duration", min=1.0, help="serve driver: seconds of arrivals per load "
+                                            "(closed loops: seconds of sending).", rich_help_panel=SERVE_PANEL)] = 20.0,
     ramp: Annotated[Optional[float], typer.Option("--ramp", min=0.0, help="serve driver: add a ramp load rising to this "
                                                   "rate (req/s) at half time and falling back; 0 for none.",
                                                   rich_help_panel=SERVE_PANEL, show_default=False)] = None,
@@ -145,7 +150,7 @@ def bench(
     if driver == "serve":
         from vspec_cli.benchlib.serve_cli import validate_serve_options
 
-        validate_serve_options(bench_policies, workloads, rates)
+        validate_serve_options(bench_policies, workloads, rates, concurrency)
         if step_samples:
             raise UserInputError("--step-samples is for the offline driver (the serve driver keeps its trace only)")
     spec = resolve_spec(preset, str(config) if config else None, spec_overrides)
@@ -158,7 +163,7 @@ def bench(
 
         run_serve_driver(
             spec=spec, model_paths=model_paths, policies=bench_policies, workloads=workloads, rates=rates,
-            duration=duration, ramp=ramp, ramp_duration=ramp_duration, burstiness=burstiness, rounds=rounds,
+            concurrency=concurrency, duration=duration, ramp=ramp, ramp_duration=ramp_duration, burstiness=burstiness, rounds=rounds,
             repeats=repeats, max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos,
             enforce_eager=enforce_eager, out_dir=out_dir, json_out=json_out, progress=_Progress)
         return

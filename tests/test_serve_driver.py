@@ -98,6 +98,17 @@ def test_load_metrics_follow_vllm_bench_serve_definitions():
     assert m["itl_p99"] == pytest.approx(0.3)
 
 
+def test_a_closed_loop_counts_the_tokens_streamed_while_its_clients_were_sending():
+    # Two requests sent at 0 s and 1 s of a 2 s closed loop; the second streams half of its tokens after 2 s.
+    first, second = record(0, 0.0, 0.1, 1.0, 10), record(1, 1.0, 1.1, 3.0, 8)
+    first.progress = [(0.1, 1), (0.5, 6), (1.0, 10)]
+    second.progress = [(1.1, 1), (1.9, 4), (2.5, 6), (3.0, 8)]
+    m = loadlib.load_metrics([first, second], window_s=2.0)
+    assert m["output_tok_s"] == pytest.approx((10 + 4) / 2.0)
+    assert m["makespan_tok_s"] == pytest.approx(18 / 3.0) and m["window_s"] == 2.0
+    assert "progress" not in first.record()  # a line per chunk stays out of requests/*.jsonl
+
+
 def test_percentiles_interpolate_like_numpy():
     assert loadlib.percentile([1, 2, 3, 4], 50) == 2.5 and loadlib.percentile([5], 99) == 5
     assert loadlib.percentile([], 50) is None
@@ -259,6 +270,14 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         requests = sorted(run["requests"], key=lambda r: r["sent_at"])
         assert len(requests) > 2 and all(r["ok"] for r in requests)
         assert requests[-1]["sent_at"] - requests[0]["sent_at"] < 1.5
+        # Its tok/s counts what streamed within those 1.5 s: at least the answers complete by then, not
+        # the ones that drained after.
+        metrics = next(r["metrics"] for r in document["runs"]
+                       if (r["load"], r["policy"], r["round"]) == ("2 clients", run["policy"], run["round"]))
+        window_end = requests[0]["sent_at"] + 1.5
+        complete_by_then = sum(r["output_tokens"] for r in requests if r["done_at"] <= window_end)
+        all_tokens = sum(r["output_tokens"] for r in requests)
+        assert complete_by_then <= metrics["output_tok_s"] * 1.5 < all_tokens, (run["policy"], metrics)
         for request in requests[2:]:
             in_flight = [r for r in requests if r["sent_at"] < request["sent_at"] < r["done_at"]]
             assert len(in_flight) == 1, (run["policy"], request["index"])

@@ -336,6 +336,6 @@ def _one_load(plan: ServePlan, server: Server, shape: loadlib.LoadShape, schedul
     ended = time.perf_counter()
     counters = counter_delta(before, server.metrics()) if server.name == VSPEC_SERVER else {}
     run = LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended,
-                  loadlib.load_metrics(records), counters, texts=[r.text if r.ok else None for r in records],
+                  loadlib.load_metrics(records, shape.window_s), counters, texts=[r.text if r.ok else None for r in records],
                   tpots=[r.tpot if r.ok else None for r in records])
     return run, records

@@ -147,7 +147,6 @@ def test_a_prompt_file_is_a_workload(tmp_path):
     (["--workload", "nonsense"], "unknown workload 'nonsense'"),
     (["--batch", "0"], "--batch"),
     (["--batch", "1,x"], "--batch"),
-    (["--driver", "serve", "--rates", "1", "--step-samples"], "--step-samples is for the offline driver"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, message):
     result = run_cli(capsys, "bench", "--preset", "demo", *args)

@@ -236,7 +236,7 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         "--adaptive-control-interval", "1", "--adaptive-min-gamma", "1", "--policies", policies,
         "--workload", str(prompts), "--rates", "4", "--concurrency", "2", "--duration", "1.5", "--ramp", "6", "--ramp-duration", "2",
         "--rounds", "2", "--repeats", "1", "--max-tokens", "16", "--ignore-eos", "--enforce-eager",
-        "--out", str(out), "--json",
+        "--step-samples", "--out", str(out), "--json",
     )
     assert result.exit_code == 0, result.stderr[-3000:]
     document = json.loads(result.stdout)
@@ -291,3 +291,11 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
     assert warm and max(line["time"] for line in warm) < first_timed
     assert {(line["policy"], line["gamma"]) for line in warm} >= {(f"warm-up:K={k}", k) for k in range(4)}
     assert 1 in {line["batch_size"] for line in warm if line["policy"] == "warm-up:K=3"}
+    # --step-samples: every verified step of the vspec server under its label; a label's steps commit
+    # exactly the tokens its loads streamed, and fixed:1's stable steps ran at K=1.
+    samples = [json.loads(line) for line in (out / "traces" / "vspec-r1.samples.jsonl").read_text().splitlines()]
+    for label in ("fixed:1", "online"):
+        steps = [line for line in samples if line.get("policy") == label]
+        streamed = sum(run["metrics"]["output_tokens"] for run in document["runs"] if run["policy"] == label)
+        assert steps and sum(line["committed"] for line in steps) == streamed, label
+    assert {line["gamma"] for line in samples if line.get("policy") == "fixed:1" and line["stable"]} == {1}

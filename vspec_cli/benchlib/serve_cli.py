@@ -86,7 +86,7 @@ def validate_serve_options(policies: list[BenchPolicy], workloads: list[Any], ra
 def run_serve_driver(*, spec, model_paths, policies: list[BenchPolicy], workloads: list[Any], rates: Optional[str],
                      concurrency: Optional[str], duration: float, ramp: Optional[float], ramp_duration: float, burstiness: float, rounds: int,
                      repeats: int, max_tokens: int, temperature: float, top_p: Optional[float], ignore_eos: bool,
-                     enforce_eager: bool, out_dir: Path, json_out: bool, progress) -> None:
+                     enforce_eager: bool, step_samples: bool, out_dir: Path, json_out: bool, progress) -> None:
     from vspec_cli.benchlib import report, session
     from vspec_cli.benchlib.serve_driver import ServePlan
 
@@ -98,7 +98,7 @@ def run_serve_driver(*, spec, model_paths, policies: list[BenchPolicy], workload
         prompts=prompts, loads=loads, rounds=rounds, repeats=repeats,
         sampling=Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos,
                           seed=0 if temperature > 0 else None),
-        out_dir=out_dir, vllm_args=("--enforce-eager",) if enforce_eager else (),
+        out_dir=out_dir, vllm_args=("--enforce-eager",) if enforce_eager else (), step_samples=step_samples,
     )
     for note in model_paths.notes:
         _output.warn(note)

@@ -70,6 +70,12 @@ class ServePlan:
     sampling: loadlib.Sampling
     out_dir: Path
     vllm_args: tuple[str, ...] = ()
+    step_samples: bool = False  # the vspec server's controllers also write every verified step
+
+
+def samples_path(trace: Path) -> Path:
+    """Where the vspec server writes every verified step beside ``trace`` (``--step-samples``)."""
+    return trace.with_name(f"{trace.stem}.samples.jsonl")
 
 
 def free_port() -> int:
@@ -156,7 +162,8 @@ def vspec_server_spec(plan: ServePlan, trace: Path) -> tuple[RuntimeSpec, dict[s
     gamma = max(entry["gamma"] for entry in measured.values())
     data = plan.base_spec.model_dump()
     first = next(iter(measured.values()))["adaptive"]
-    data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), min_gamma=0))
+    samples = str(samples_path(trace)) if plan.step_samples else None
+    data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), samples=samples, min_gamma=0))
     # Warm-up labels first: the server starts on K=0's, so no measured policy learns from its warm-up.
     return validate_spec(data), {**warm_up_policies(plan.base_spec, gamma), **measured}
 
@@ -175,6 +182,7 @@ def plan_servers(plan: ServePlan, repeat: int) -> dict[str, Server]:
         if name == VSPEC_SERVER:
             trace = (plan.out_dir / "traces" / f"{VSPEC_SERVER}-r{repeat + 1}.jsonl").resolve()
             trace.unlink(missing_ok=True)
+            samples_path(trace).unlink(missing_ok=True)  # the controller appends
             spec, labelled = vspec_server_spec(plan, trace)
             drafter, warm_up_gamma = plan.drafter_path, spec.gamma
             extra["VSPEC_BENCH_POLICIES"] = json.dumps(labelled)

@@ -114,7 +114,7 @@ def bench(
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="Skip vLLM's compilation: engines start in seconds "
                                                 "(for quick checks; not how `vspec serve` runs).",
                                                 rich_help_panel=ADVANCED_PANEL)] = False,
-    step_samples: Annotated[bool, typer.Option("--step-samples", help="offline driver: the controllers also write "
+    step_samples: Annotated[bool, typer.Option("--step-samples", help="The controllers also write "
                                                "every verified step (policy, K, step time, tokens verified) to "
                                                "traces/*.samples.jsonl, to study what they measured; a line a step, "
                                                "so off by default.", rich_help_panel=ADVANCED_PANEL)] = False,
@@ -151,8 +151,6 @@ def bench(
         from vspec_cli.benchlib.serve_cli import validate_serve_options
 
         validate_serve_options(bench_policies, workloads, rates, concurrency)
-        if step_samples:
-            raise UserInputError("--step-samples is for the offline driver (the serve driver keeps its trace only)")
     spec = resolve_spec(preset, str(config) if config else None, spec_overrides)
     for policy in bench_policies:
         policy_spec(spec, policy)  # every policy's spec validates before any engine starts
@@ -165,7 +163,7 @@ def bench(
             spec=spec, model_paths=model_paths, policies=bench_policies, workloads=workloads, rates=rates,
             concurrency=concurrency, duration=duration, ramp=ramp, ramp_duration=ramp_duration, burstiness=burstiness, rounds=rounds,
             repeats=repeats, max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos,
-            enforce_eager=enforce_eager, out_dir=out_dir, json_out=json_out, progress=_Progress)
+            enforce_eager=enforce_eager, step_samples=step_samples, out_dir=out_dir, json_out=json_out, progress=_Progress)
         return
     plan = BenchPlan(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,

@@ -17,6 +17,7 @@ from vspec_runtime.control.simulate import (
     LatencyModel,
     Scenario,
     batch_dependent,
+    copy_runs,
     goodput_curve,
     goodput_ratio,
     high_acceptance,
@@ -271,6 +272,49 @@ def test_thin_contenders_are_firmed_up_then_left_alone(seed):
     assert firm_ups, "a near tie on thin windows must be firmed up"
     assert all(result.gammas[step] in result.gammas[:step] for step in firm_ups), "firm-up visits measured arms"
     assert max(firm_ups) < 400, f"still firming up at step {max(firm_ups)} of a steady scenario"
+
+
+class FirmUpWatcher(OnlinePolicy):
+    """Records every decision (not holds) with the samples its arm already had."""
+
+    def __init__(self, **settings):
+        super().__init__(max_gamma=6, **settings)
+        self.decisions: list[tuple[int, int, str, int]] = []  # bucket, K, reason, samples of K's arm
+
+    def choose(self, batch_size: int, max_feasible_gamma: int):
+        decision = super().choose(batch_size, max_feasible_gamma)
+        if decision.reason != "hold":
+            arm = self.bucket_state(batch_size)["arms"].get(str(decision.gamma))
+            self.decisions.append((decision.bucket, decision.gamma, decision.reason, arm["samples"] if arm else 0))
+        return decision
+
+    def undone_firm_ups(self) -> int:
+        """Firm-ups that stopped on a well-measured arm on their way and were undone at the next decision."""
+        undone = 0
+        for bucket in {entry[0] for entry in self.decisions}:
+            mine = [entry for entry in self.decisions if entry[0] == bucket]
+            for before, firm_up, after in zip(mine, mine[1:], mine[2:]):
+                passing = firm_up[2] == "firm-up" and firm_up[3] >= self.config.confident_samples
+                if passing and after[2] == "exploit" and (after[1] - firm_up[1]) * (firm_up[1] - before[1]) < 0:
+                    undone += 1
+        return undone
+
+
+@pytest.mark.parametrize("scenario", [lambda: wandering_ngram(batch=8), lambda: copy_runs(batch=8),
+                                      lambda: wandering_machine(batch=1)])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_firm_up_goes_on_to_the_thin_arm_it_is_for(scenario, seed):
+    """A firm-up farther than one move (``max_gamma_step``) stops on an arm between, one measured well
+    already; the next decision used to undo it, and the one after made it again: steps spent, nothing
+    learnt (K=0, 2, 0, 2, ... under a server's steady chat@8 load). With ``firm_up_follow_through``
+    (opt-in) it goes on to its arm."""
+    watcher = FirmUpWatcher(seed=seed, firm_up_follow_through=True)
+    run(watcher, None, scenario(), seed=seed)
+    assert any(entry[2] == "firm-up" for entry in watcher.decisions), "these scenarios have near ties"
+    assert watcher.undone_firm_ups() == 0
+    without = FirmUpWatcher(seed=seed, firm_up_follow_through=False)
+    run(without, None, scenario(), seed=seed)
+    assert without.undone_firm_ups() > 0, "the scenario no longer shows what this test is about"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -59,7 +59,8 @@ SET_PANEL = "Other spec fields"
 RARE_KEYS = frozenset({
     "version",
     "adaptive.model_guided", "adaptive.batch_acceptance", "adaptive.token_costs", "adaptive.coverage_weighting",
-    "adaptive.acceptance_model", "adaptive.visit_value", "adaptive.start_gamma",
+    "adaptive.acceptance_model", "adaptive.visit_value", "adaptive.firm_up_follow_through",
+    "adaptive.start_gamma",
     "adaptive.gamma0_mode", "adaptive.gamma0_reprobe_steps", "adaptive.fixed_gamma",
     "adaptive.seed",
     "adaptive.trace", "adaptive.samples",

@@ -62,6 +62,10 @@ class AdaptiveSettings(_Strict):
                                                 "warm-up, firming up a thin estimate) only when what it may "
                                                 "gain over the regime's expected length outweighs the visit's "
                                                 "cost.")
+    firm_up_follow_through: bool = Field(False, description="Online policy: a firm-up of a thin K more than "
+                                                            "max_gamma_step away goes on to it over the next "
+                                                            "decisions, instead of being undone at the K between "
+                                                            "(opt-in until a bench resolves a gain).")
     start_gamma: Optional[int] = Field(
         None, ge=0, le=MAX_GAMMA, description="Online policy: K of the engine's first decisions (default: the "
                                               "maximum K, vLLM's own choice).")

@@ -40,6 +40,7 @@ class BucketState(BucketK):
         "recent_costs",
         "cost_line",
         "firmed_up_at",
+        "firm_up_heading",
         "regime_start",
     )
 
@@ -64,6 +65,9 @@ class BucketState(BucketK):
         # ``samples`` when each arm was last firmed up: a firm-up that no cost sample of this bucket
         # followed is not repeated until one does (``OnlinePolicy._unsure_contenders``).
         self.firmed_up_at: dict[int, int] = {}
+        # The thin arm a firm-up is for, while the step limit keeps it more than one move away
+        # (``OnlinePolicy._firm_up_under_way``).
+        self.firm_up_heading: int | None = None
         self.regime_start = 0  # ``samples`` when the costs were last forgotten: the regime's age is the rest
 
     @property
@@ -80,6 +84,7 @@ class BucketState(BucketK):
         self.challenger = None
         self.challenger_streak = 0
         self.exploring = False
+        self.firm_up_heading = None
         self.regime_start = self.samples
 
     def measured(self, low: int, high: int) -> dict[int, ArmWindow]:

@@ -398,14 +398,34 @@ class OnlinePolicy(Policy):
         # Every arm that could win has been measured: warm-up is over. What is left is firming up
         # thin measurements of arms close to the best.
         bucket.warming_up = False
+        heading = self._firm_up_under_way(bucket, measured, current)
+        if heading is not None:
+            bucket.exploring = True
+            return heading, "firm-up"
         contenders = self._unsure_contenders(bucket, measured, estimates, margins, best_estimate, current)
         contenders = self._visits_that_pay(bucket, contenders, best_sd, lambda gamma: (
             estimates[gamma] / best_estimate - 1.0, self._relative_sd(margins[gamma])
         ))
         if contenders:
             bucket.exploring = True
-            return self._argmax(contenders, current), "firm-up"
+            bucket.firm_up_heading = self._argmax(contenders, current)
+            return bucket.firm_up_heading, "firm-up"
         return self._exploit(bucket, measured, estimates, current)
+
+    def _firm_up_under_way(self, bucket: BucketState, measured: dict[int, ArmWindow], current: int) -> int | None:
+        """The thin arm a firm-up set out for, while the step limit has not let it get there yet.
+
+        A firm-up farther than ``max_gamma_step`` stops on an arm between, and that arm is measured
+        instead, often one known well already. Left to the next decision, the move was undone there:
+        under a server's steady chat@8 load the policy went K=0, 2, 0, 2, ... on every other
+        decision, firming up a thin K=6 that the visits to K=2 never reached. So the move goes on to
+        its arm, unless the arm firmed up meanwhile or the costs were forgotten."""
+        heading = bucket.firm_up_heading
+        enough = min(self.config.confident_samples, self.config.window)
+        if not self.config.firm_up_follow_through or heading is None or heading == current or heading not in measured or measured[heading].count >= enough:
+            bucket.firm_up_heading = None
+            return None
+        return heading
 
     def _guided_estimates(
         self, bucket: BucketState, measured: dict[int, ArmWindow], low: int, high: int

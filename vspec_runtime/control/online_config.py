@@ -71,6 +71,11 @@ class OnlineConfig:
     # the steps the regime is expected to last, outweighs what the visit costs (OnlinePolicy._worth_a_visit).
     # Without it, short regimes (a copied answer of nine steps) paid four-step visits to clear losers.
     visit_value: bool = True
+    # A firm-up of a thin arm more than max_gamma_step away goes on to it over the next decisions
+    # (OnlinePolicy._firm_up_under_way). Without it the move stopped on the arm between, was undone at the
+    # next decision, and was made again: K=0, 2, 0, 2, ... under a server's steady chat@8 load. Opt-in
+    # until a bench resolves a gain (docs/benchmarks.md, "Closed loops").
+    firm_up_follow_through: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -104,6 +109,7 @@ class OnlineConfig:
             acceptance_runs=adaptive.acceptance_model == "run",
             sure_zero=method != "ngram",
             visit_value=adaptive.visit_value,
+            firm_up_follow_through=adaptive.firm_up_follow_through,
             start_gamma=None if adaptive.start_gamma is None else min(max(adaptive.start_gamma, adaptive.min_gamma),
                                                                        max_gamma),
             seed=adaptive.seed,

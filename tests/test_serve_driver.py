@@ -208,7 +208,7 @@ def test_every_server_is_warmed_on_the_pool_and_every_k_down_to_batch_one(tmp_pa
     (["--rates", "0"], "> 0"),
     (["--rates", ""], "--rates"),
     (["--concurrency", "8,x"], "--concurrency"),
-    (["--concurrency", "0"], ">= 1"),
+    (["--concurrency", "0"], "> 0"),
     (["--policies", "target-only,vllm-fixed:3"], "vllm-fixed:3"),
     (["--workload", "chat,nonsense"], "unknown workload"),
     (["--driver", "live"], "--driver"),

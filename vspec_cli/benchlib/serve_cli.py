@@ -13,6 +13,7 @@ import typer
 
 from vspec_cli import _output
 from vspec_cli._errors import UserInputError
+from vspec_cli._options import parse_number_list
 from vspec_cli.benchlib.load import LoadShape, Sampling
 from vspec_cli.benchlib.policies import BenchPolicy
 
@@ -22,26 +23,12 @@ DEFAULT_RATES = "0.25,0.5,1,2,4"
 def parse_rates(text: str, required: bool = True) -> list[float]:
     if not required and not text.strip():
         return []
-    try:
-        rates = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserInputError(f"--rates: expected comma-separated numbers (requests per second), got '{text}'") from None
-    if not rates or min(rates) <= 0:
-        raise UserInputError(f"--rates: rates must be > 0 requests per second, got '{text}'")
-    return list(dict.fromkeys(rates))
+    return parse_number_list(text, "--rates", float, "requests per second")
 
 
 def parse_clients(text: Optional[str]) -> list[int]:
     """--concurrency: comma-separated client counts of the closed-loop loads (none when not given)."""
-    if text is None:
-        return []
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserInputError(f"--concurrency: expected comma-separated whole numbers of clients, got '{text}'") from None
-    if not counts or min(counts) < 1:
-        raise UserInputError(f"--concurrency: client counts must be >= 1, got '{text}'")
-    return list(dict.fromkeys(counts))
+    return [] if text is None else parse_number_list(text, "--concurrency", int, "clients")
 
 
 def load_shapes(rates: Optional[str], concurrency: Optional[str], duration: float, ramp: Optional[float],

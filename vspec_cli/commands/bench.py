@@ -15,7 +15,7 @@ import typer
 
 from vspec_cli import _output
 from vspec_cli._errors import UserInputError
-from vspec_cli._options import ConfigOpt, JsonOpt
+from vspec_cli._options import ConfigOpt, JsonOpt, parse_number_list
 from vspec_cli.spec_flags import ADAPTIVE_TUNING_FIELDS, ENGINE_FIELDS, MODEL_FIELDS, SpecOverrides, spec_flags
 from vspec_cli.workloads import help_text as workload_help
 
@@ -47,15 +47,6 @@ fixed:K then runs vLLM's own path).
   vspec bench --preset demo --temperature 0.8 --top-p 0.95     # sampled: quality column, no equality check
 """.format(workloads=workload_help())
 
-
-def _parse_batches(text: str) -> list[int]:
-    try:
-        batches = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserInputError(f"--batch: expected comma-separated integers, got '{text}'") from None
-    if not batches or min(batches) < 1:
-        raise UserInputError(f"--batch: batch sizes must be integers >= 1, got '{text}'")
-    return list(dict.fromkeys(batches))
 
 
 @spec_flags(MODEL_FIELDS + ADAPTIVE_TUNING_FIELDS + ENGINE_FIELDS)
@@ -146,7 +137,7 @@ def bench(
         raise UserInputError("--top-p needs --temperature > 0 (greedy decoding ignores it)")
     bench_policies = parse_policies(policies)
     workloads = parse_workloads(workload)
-    batches = _parse_batches(batch)
+    batches = parse_number_list(batch, "--batch", int, "batch sizes")
     if driver == "serve":
         from vspec_cli.benchlib.serve_cli import validate_serve_options
 

@@ -33,7 +33,8 @@ Beyond the reference, these rules keep the estimates honest at little cost:
 
 * Thin contenders: a measured arm with fewer than ``confident_samples`` samples whose estimate,
   plus its noise margin, comes within the hysteresis of the best is visited again. Near-tied arms
-  are cheap to visit, and four noisy steps must not settle a 2% difference for good.
+  are cheap to visit, and four noisy steps must not settle a 2% difference for good. With
+  ``firm_up_follow_through`` (opt-in) a firm-up farther than one move goes on to its arm.
 * Patience: an arm preferred over the current one at ``patience_decisions`` decisions in a row wins
   even inside the hysteresis. Noise alternates the preference, a real gap does not; a fixed 5%
   hysteresis alone would let the policy sit up to 5% below the best forever.
@@ -68,7 +69,7 @@ Decision reasons: warmup, prior (a new bucket's first K), explore (an unmeasured
 firm-up (a thin contender visited again), exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
-Size: about 690 lines, an eighth of them this explanation; what is left is the one class, whose rules
+Size: about 705 lines, an eighth of them this explanation; what is left is the one class, whose rules
 (warm-up, exploration, thin contenders, visit value, patience, forgetting, bucket priors) all read and write the same
 per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
 bucket_state, coverage).
@@ -422,7 +423,8 @@ class OnlinePolicy(Policy):
         its arm, unless the arm firmed up meanwhile or the costs were forgotten."""
         heading = bucket.firm_up_heading
         enough = min(self.config.confident_samples, self.config.window)
-        if not self.config.firm_up_follow_through or heading is None or heading == current or heading not in measured or measured[heading].count >= enough:
+        reached_or_firm = heading == current or heading not in measured or measured[heading].count >= enough
+        if not self.config.firm_up_follow_through or heading is None or reached_or_firm:
             bucket.firm_up_heading = None
             return None
         return heading

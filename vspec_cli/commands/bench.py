@@ -86,7 +86,7 @@ def bench(
                                         "serve: live load (request rates, a ramp, closed-loop clients) through real servers.",
                                         rich_help_panel=BENCH_PANEL)] = "offline",
     rates: Annotated[Optional[str], typer.Option("--rates", help="serve driver: comma-separated request rates "
-                                                 "(req/s) [default: 0.25,0.5,1,2,4, none with --concurrency].",
+                                                 "(req/s); default 0.25,0.5,1,2,4, none when --concurrency is given.",
                                                  rich_help_panel=SERVE_PANEL, show_default=False)] = None,
     concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="serve driver: closed-loop loads, "
                                                        "comma-separated client counts; each client sends its next "

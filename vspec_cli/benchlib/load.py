@@ -18,11 +18,11 @@ Closed-loop loads (``clients``, as ``vllm bench serve --max-concurrency``): a fi
 each sending its next request as soon as its answer is complete, for ``duration_s`` seconds; answers in
 flight then are waited for. The clients start one after another over the first quarter of that time.
 The server's batch stays near the number of clients, refilled as requests finish, which is the
-steady state of a busy server at that concurrency. Every policy of a round gets the
-same prompts in the same order (a faster one gets further down the list). Its output tok/s counts the
-tokens streamed while the clients were sending (each chunk carries its running token count:
-``continuous_usage_stats``) over those ``duration_s`` seconds, not over the makespan: the answers still
-running at the end drain in an emptying batch, and whether a client's last request started just
+steady state of a busy server at that concurrency. Every policy of a round gets the same prompts in
+the same order (a faster one gets further down the list). Its output tok/s counts the tokens streamed
+while the clients were sending (each chunk carries its running token count:
+``continuous_usage_stats``) over those ``duration_s`` seconds, not over the makespan: the answers
+still running at the end drain in an emptying batch, and whether a client's last request started just
 before the end or just after moved a makespan rate by 10-20% from round to round (40 against 48
 answers of 64 tokens at 8 clients in 20 s).
 """

@@ -21,6 +21,11 @@ from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
 from vspec_cli.workloads import Phase, Workload
 from vspec_runtime.spec import RuntimeSpec
 
+
+def step_samples_path(trace: Path) -> Path:
+    """Where an engine or server that writes ``trace`` records every verified step (``--step-samples``)."""
+    return trace.with_name(f"{trace.stem}.samples.jsonl")
+
 Event = Callable[..., None]  # on_event(kind, **fields): "engine", "stage", "engine-done"
 
 
@@ -64,7 +69,7 @@ class BenchPlan:
         """Where the engine that writes ``trace`` records every verified step (``--step-samples``), or None."""
         if trace is None or not self.step_samples:
             return None
-        return trace.with_name(f"{trace.stem}.samples.jsonl")
+        return step_samples_path(trace)
 
     def remove_controller_files(self, trace: Path) -> None:
         """Delete an engine's trace and step samples from an earlier bench: the controller appends."""

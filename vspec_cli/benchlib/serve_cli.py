@@ -71,7 +71,8 @@ def validate_serve_options(policies: list[BenchPolicy], workloads: list[Any], ra
 
 
 def run_serve_driver(*, spec, model_paths, policies: list[BenchPolicy], workloads: list[Any], rates: Optional[str],
-                     concurrency: Optional[str], duration: float, ramp: Optional[float], ramp_duration: float, burstiness: float, rounds: int,
+                     concurrency: Optional[str], duration: float, ramp: Optional[float], ramp_duration: float,
+                     burstiness: float, rounds: int,
                      repeats: int, max_tokens: int, temperature: float, top_p: Optional[float], ignore_eos: bool,
                      enforce_eager: bool, step_samples: bool, out_dir: Path, json_out: bool, progress) -> None:
     from vspec_cli.benchlib import report, session

@@ -10,17 +10,17 @@ Per repeat, two servers run side by side, each started with the exact command `v
 - a *target-only server* (no drafter).
 
 Each load (a constant request rate, the ramp, or a closed loop of clients) runs ``rounds`` times; in
-every round each policy gets the same arrival times (or order) and prompts (one seed per load and round), in the balanced order of the
-offline bench (ABCD, DCBA, ...). A round of a policy is one paired sample, as in the offline bench
-(vspec_cli/benchlib/paired.py). Before the first load every server is warmed (``warm_up_loads``):
-it answers each prompt of the pool once, so the prefix cache holds them for every policy alike and
-the first policy of a round pays no prefill the others skip, and then, at every K the vspec server
-can run, a batch that drains one request at a time, so that no measured policy pays the first visit
-of a decode shape (vLLM builds a oneDNN kernel per linear layer for each new token count on CPU;
-vspec_cli/benchlib/interleave.py). The vspec server starts on, and warms under, labels that no
+every round each policy gets the same arrival times (or order) and prompts (one seed per load and
+round), in the balanced order of the offline bench (ABCD, DCBA, ...). A round of a policy is one paired
+sample, as in the offline bench (vspec_cli/benchlib/paired.py). Before the first load every server is
+warmed (``warm_up_loads``): it answers each prompt of the pool once, so the prefix cache holds them for
+every policy alike and the first policy of a round pays no prefill the others skip, and then, at every K
+the vspec server can run, a batch that drains one request at a time, so that no measured policy pays the
+first visit of a decode shape (vLLM builds a oneDNN kernel per linear layer for each new token count on
+CPU; vspec_cli/benchlib/interleave.py). The vspec server starts on, and warms under, labels that no
 report counts (``warm-up:K=k``). Between loads the driver waits out vLLM's 1 s worker spin (see
-interleave.SETTLE_AFTER_SWITCH_S). Acceptance and the K histogram of a load come from the vspec
-server's /metrics, read before and after it (the snapshot is published when the engine goes idle).
+interleave.SETTLE_AFTER_SWITCH_S). Acceptance and the K histogram of a load come from the vspec server's
+/metrics, read before and after it (the snapshot is published when the engine goes idle).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from vspec_cli.benchlib import load as loadlib
 from vspec_cli.benchlib.interleave import (SETTLE_AFTER_SWITCH_S, WARM_UP_LABEL, WARM_UP_PROMPT, balanced_order,
                                            scheduler_policy_settings, warm_up_policies)
 from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
-from vspec_cli.benchlib.runner import Event, file_label
+from vspec_cli.benchlib.runner import Event, file_label, step_samples_path
 from vspec_cli.launch import build_launch
 from vspec_cli.process import stop_group
 from vspec_runtime.controller import BENCH_POLICY_FILE
@@ -71,11 +71,6 @@ class ServePlan:
     out_dir: Path
     vllm_args: tuple[str, ...] = ()
     step_samples: bool = False  # the vspec server's controllers also write every verified step
-
-
-def samples_path(trace: Path) -> Path:
-    """Where the vspec server writes every verified step beside ``trace`` (``--step-samples``)."""
-    return trace.with_name(f"{trace.stem}.samples.jsonl")
 
 
 def free_port() -> int:
@@ -162,7 +157,7 @@ def vspec_server_spec(plan: ServePlan, trace: Path) -> tuple[RuntimeSpec, dict[s
     gamma = max(entry["gamma"] for entry in measured.values())
     data = plan.base_spec.model_dump()
     first = next(iter(measured.values()))["adaptive"]
-    samples = str(samples_path(trace)) if plan.step_samples else None
+    samples = str(step_samples_path(trace)) if plan.step_samples else None
     data.update(gamma=gamma, adaptive=dict(first, enabled=True, trace=str(trace), samples=samples, min_gamma=0))
     # Warm-up labels first: the server starts on K=0's, so no measured policy learns from its warm-up.
     return validate_spec(data), {**warm_up_policies(plan.base_spec, gamma), **measured}
@@ -182,7 +177,7 @@ def plan_servers(plan: ServePlan, repeat: int) -> dict[str, Server]:
         if name == VSPEC_SERVER:
             trace = (plan.out_dir / "traces" / f"{VSPEC_SERVER}-r{repeat + 1}.jsonl").resolve()
             trace.unlink(missing_ok=True)
-            samples_path(trace).unlink(missing_ok=True)  # the controller appends
+            step_samples_path(trace).unlink(missing_ok=True)  # the controller appends
             spec, labelled = vspec_server_spec(plan, trace)
             drafter, warm_up_gamma = plan.drafter_path, spec.gamma
             extra["VSPEC_BENCH_POLICIES"] = json.dumps(labelled)
@@ -344,6 +339,7 @@ def _one_load(plan: ServePlan, server: Server, shape: loadlib.LoadShape, schedul
     ended = time.perf_counter()
     counters = counter_delta(before, server.metrics()) if server.name == VSPEC_SERVER else {}
     run = LoadRun(label, shape.label, load_index, repeat, round_index, position, started, ended,
-                  loadlib.load_metrics(records, shape.window_s), counters, texts=[r.text if r.ok else None for r in records],
+                  loadlib.load_metrics(records, shape.window_s), counters,
+                  texts=[r.text if r.ok else None for r in records],
                   tpots=[r.tpot if r.ok else None for r in records])
     return run, records

@@ -241,8 +241,9 @@ def markdown(document: dict[str, Any]) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(document["cells"])]
     lines += ["", "Checks:", ""] + [f"- {line}" for line in checks_lines(document["checks"])]
     if any(load.get("clients") for load in s.get("loads", [])):
-        lines += ["", "Closed loops ('N clients'): out tok/s counts the tokens streamed while the clients were sending, "
-                  "over that time (the answers that drain after it are not counted); req/s is over the makespan."]
+        lines += ["", "Closed loops ('N clients'): out tok/s counts the tokens streamed while the clients were "
+                  "sending, over that time (the answers that drain after it are not counted); req/s is over the "
+                  "makespan."]
     lines += ["", "Intervals: paired per round (t on log ratios, 95%); 'not resolved' when one straddles the target. "
               "'Same, per request': a round's sample is the geometric mean of best TPOT / own TPOT over the requests "
               "both answered (every policy of a round gets the same requests at the same times)."]

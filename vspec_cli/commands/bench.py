@@ -83,7 +83,8 @@ def bench(
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos", help="Always generate --max-tokens tokens.",
                                              rich_help_panel=ADVANCED_PANEL)] = False,
     driver: Annotated[str, typer.Option("--driver", help="offline: batches submitted at once to in-process engines; "
-                                        "serve: live load (request rates, a ramp, closed-loop clients) through real servers.",
+                                        "serve: live load (request rates, a ramp, closed-loop clients) through real "
+                                        "servers.",
                                         rich_help_panel=BENCH_PANEL)] = "offline",
     rates: Annotated[Optional[str], typer.Option("--rates", help="serve driver: comma-separated request rates "
                                                  "(req/s); default 0.25,0.5,1,2,4, none when --concurrency is given.",
@@ -152,9 +153,11 @@ def bench(
 
         run_serve_driver(
             spec=spec, model_paths=model_paths, policies=bench_policies, workloads=workloads, rates=rates,
-            concurrency=concurrency, duration=duration, ramp=ramp, ramp_duration=ramp_duration, burstiness=burstiness, rounds=rounds,
+            concurrency=concurrency, duration=duration, ramp=ramp, ramp_duration=ramp_duration, burstiness=burstiness,
+            rounds=rounds,
             repeats=repeats, max_tokens=max_tokens, temperature=temperature, top_p=top_p, ignore_eos=ignore_eos,
-            enforce_eager=enforce_eager, step_samples=step_samples, out_dir=out_dir, json_out=json_out, progress=_Progress)
+            enforce_eager=enforce_eager, step_samples=step_samples, out_dir=out_dir, json_out=json_out,
+            progress=_Progress)
         return
     plan = BenchPlan(
         base_spec=spec, target_path=model_paths.target, drafter_path=model_paths.drafter, policies=bench_policies,

@@ -287,15 +287,16 @@ def test_ngram_zero_is_not_sticky(tmp_path):
 
 def test_trace_samples_and_snapshot(tmp_path):
     controller, _ = make(tmp_path, [2, 3, 3])
-    for _ in range(3):
+    for index in range(3):
         controller.choose_gamma(2)
-        controller.observe_step(step())
+        controller.observe_step(step(start=0.01 * index, end=0.01 * (index + 1)))
     summary = controller.close()
     trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert [line["gamma"] for line in trace] == [2, 3, 3]
     assert trace[0]["acceptance"] == {"rates": [0.5]}
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 and samples[0]["committed"] == 2 + 3
+    assert [sample["time"] for sample in samples] == [0.01, 0.02, 0.03]  # when each step completed: cut by round
     assert summary["selections"] == {"2": 1, "3": 2} and summary["switches"] == 2
     assert summary["mean_gamma"] == round(8 / 3, 3)
 

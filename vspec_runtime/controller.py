@@ -252,7 +252,7 @@ class AdaptiveController:
         )
         self._drafted_with = drafting_gamma
         if self._samples is not None and step.batch_size > 0:
-            self._write_sample(feedback, step.request_ids)
+            self._write_sample(feedback, step.request_ids, step.completed_at)
         if self.allocator is not None:
             self.allocator.observe_step(step.request_ids, step.drafted, step.accepted, step.batched_tokens,
                                         interval_ms, step.pure_decode)
@@ -337,9 +337,12 @@ class AdaptiveController:
             line["drafts_kept"] = self.allocator.last  # the previous step's verification budget
         self._trace.write(json.dumps(line) + "\n")
 
-    def _write_sample(self, feedback: StepFeedback, request_ids: tuple[str, ...]) -> None:
-        """One profiling sample per verified step (vspec profile collect reads these)."""
+    def _write_sample(self, feedback: StepFeedback, request_ids: tuple[str, ...], completed_at: float) -> None:
+        """One profiling sample per verified step (vspec profile collect reads these). ``time`` is when
+        the step's output was processed, on the clock the bench's loads are timed with (perf_counter,
+        shared by the processes of one machine), so a bench's samples can be cut by round."""
         line = {
+            "time": round(completed_at, 6),
             "batch_size": feedback.batch_size,
             "gamma": feedback.gamma,
             "stable": feedback.stable,

@@ -302,3 +302,9 @@ def test_serve_bench_on_tiny_models(capsys, tiny_models, tmp_path):
         streamed = sum(run["metrics"]["output_tokens"] for run in document["runs"] if run["policy"] == label)
         assert steps and sum(line["committed"] for line in steps) == streamed, label
     assert {line["gamma"] for line in samples if line.get("policy") == "fixed:1" and line["stable"]} == {1}
+    # A step's time is on the clock the loads are timed with: each measured step falls inside one of
+    # its own label's loads, so a run's steps are cut out of the file by its start and end.
+    for line in samples:
+        if not line["policy"].startswith("warm-up:"):
+            loads = [(run["started_at"], run["ended_at"]) for run in document["runs"] if run["policy"] == line["policy"]]
+            assert any(start <= line["time"] <= end for start, end in loads), line

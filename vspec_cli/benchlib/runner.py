@@ -21,12 +21,12 @@ from vspec_cli.benchlib.policies import BenchPolicy, policy_spec
 from vspec_cli.workloads import Phase, Workload
 from vspec_runtime.spec import RuntimeSpec
 
+Event = Callable[..., None]  # on_event(kind, **fields): "engine", "stage", "engine-done"
+
 
 def step_samples_path(trace: Path) -> Path:
     """Where an engine or server that writes ``trace`` records every verified step (``--step-samples``)."""
     return trace.with_name(f"{trace.stem}.samples.jsonl")
-
-Event = Callable[..., None]  # on_event(kind, **fields): "engine", "stage", "engine-done"
 
 
 @dataclass(frozen=True)

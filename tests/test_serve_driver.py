@@ -168,6 +168,47 @@ def test_per_request_tpot_pairs_each_request_with_its_twin_and_resolves_what_the
     assert cell["policies"]["fixed:3"].get("per_request_tpot_vs_best") is None  # the reference itself
 
 
+def test_pool_runs_pools_serve_runs_per_load_with_every_round_in_one_sample(tmp_path):
+    """Two serve runs of one load: online 2% behind fixed:3 in tok/s and TPOT in every round, the rounds
+    of each run 5% apart. benchmarks/pool_runs.py gives one line per load and policy over both runs'
+    eight rounds; it refuses to pool a serve run with an offline one."""
+    import subprocess
+    import sys
+
+    policies = parse_policies("target-only,fixed:3,online")
+    folders = []
+    for name, level in (("run-a", 1.0), ("run-b", 0.9)):
+        runs = []
+        for r, noise in enumerate((1.0, 1.05, 0.95, 1.02)):
+            wobble = 1.0 + 0.004 * (-1) ** r  # what each round's pair adds to the 2%
+            tok = 120 * level * noise
+            runs += [load_run("target-only", r, 100 * level * noise, 0.030 / noise),
+                     load_run("fixed:3", r, tok, 0.020 / noise),
+                     load_run("online", r, tok * 0.98 * wobble, 0.020 / noise / (0.98 * wobble))]
+        cells = serve_report.summarise(policies, ["1 req/s"], runs, greedy=False)
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps(
+            {"driver": "serve", "cells": cells, "runs": [run.record() for run in runs]}))
+        folders.append(str(folder))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pool_runs.py"
+    done = subprocess.run([sys.executable, str(script), *folders], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (online,) = [line for line in done.stdout.splitlines() if line.startswith("1 req/s, online:")]
+    assert "x best baseline 0.980x [" in online and "(8 pairs, 2 runs)" in online
+    assert "x target-only 1.176x [" in online and "best TPOT / TPOT 0.980x [" in online
+    pooled = serve_report.pooled_over_runs([json.loads((Path(f) / "results.json").read_text()) for f in folders])
+    (entry,) = [e for e in pooled["1 req/s"] if (e["policy"], e["reference"]) == ("online", "best_baseline")]
+    assert 0.97 < entry["low"] < 0.98 < entry["high"] < 0.99  # the wobble, not the runs' levels, sets the width
+
+    offline = tmp_path / "offline"
+    offline.mkdir()
+    (offline / "results.json").write_text(json.dumps({"driver": "offline", "cells": [], "runs": []}))
+    mixed = subprocess.run([sys.executable, str(script), folders[0], str(offline)], capture_output=True,
+                           text=True, timeout=60)
+    assert mixed.returncode == 1 and "mix the serve driver with the offline one" in mixed.stderr
+
+
 # --- warm-up ---------------------------------------------------------------------------------------
 
 def test_every_server_is_warmed_on_the_pool_and_every_k_down_to_batch_one(tmp_path):

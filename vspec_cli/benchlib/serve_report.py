@@ -161,6 +161,83 @@ def checks(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+# What a policy is pooled against over several runs of one load: (key, display name). TPOT reads as
+# in the table: the best TPOT baseline's p50 over the policy's own (>= 1/1.03: within 3% of the best).
+POOLED_REFERENCES = (("target_only", "x target-only"), ("best_baseline", "x best baseline"), ("online", "x online"),
+                     ("best_tpot", "best TPOT / TPOT"))
+
+
+def pooled_logs(cells: list[dict[str, Any]], runs: list[LoadRun]) -> dict[str, dict[tuple[str, str], list[float]]]:
+    """Per load, per (policy, reference): the paired log ratios of one run's rounds.
+
+    The best baseline (and the best TPOT baseline) counts itself, at ratio 1, as the offline pooling
+    does, so a policy that is the best in one run and not in the next still pools every run; a policy
+    is not pooled against itself as target-only or online."""
+    found: dict[str, dict[tuple[str, str], list[float]]] = {}
+    for cell in cells:
+        load = cell["load"]
+        mine = {label: [r for r in runs if r.load == load and r.policy == label] for label in cell["policies"]}
+        tok_s = {label: _by_round(group, "output_tok_s") for label, group in mine.items()}
+        tpot = {label: _by_round(group, "tpot_p50") for label, group in mine.items()}
+        references = {"target_only": (TARGET_ONLY, tok_s), "best_baseline": (cell.get("best_baseline"), tok_s),
+                      "online": (ONLINE, tok_s), "best_tpot": (cell.get("best_tpot_baseline"), tpot)}
+        for label in mine:
+            for key, (reference, values) in references.items():
+                if reference not in mine or (key in ("target_only", "online") and reference == label):
+                    continue
+                own, theirs = values[label], values[reference]
+                logs = paired.paired_logs(theirs, own) if key == "best_tpot" else paired.paired_logs(own, theirs)
+                if logs:
+                    found.setdefault(load, {})[(label, key)] = logs
+    return found
+
+
+def pooled_over_runs(documents: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Several serve results.json of one command, per load: each policy's ratio to each reference over
+    every run's rounds at once.
+
+    The runs are repeats of one load, not cells with ratios of their own, so their pairs form one
+    sample (a plain paired t over all rounds, paired.log_ratio_interval): what moves a run's ratio as a
+    whole (the mix of prompts its windows served, the machine's level) is noise here, and widens the
+    interval, where the offline pooling's strata would have left it out."""
+    pairs: dict[str, dict[tuple[str, str], list[float]]] = {}
+    runs_of: dict[str, dict[tuple[str, str], int]] = {}
+    for document in documents:
+        runs = [LoadRun(**record) for record in document["runs"]]
+        for load, found in pooled_logs(document["cells"], runs).items():
+            for key, logs in found.items():
+                pairs.setdefault(load, {}).setdefault(key, []).extend(logs)
+                runs_of.setdefault(load, {})[key] = runs_of.get(load, {}).get(key, 0) + 1
+    pooled: dict[str, list[dict[str, Any]]] = {}
+    for load, found in pairs.items():
+        for (label, reference), logs in found.items():
+            interval = paired.log_ratio_interval(logs)
+            if interval and interval.get("low") is not None:
+                pooled.setdefault(load, []).append({"policy": label, "reference": reference,
+                                                    "runs": runs_of[load][(label, reference)], **interval})
+    return pooled
+
+
+def pooled_lines(pooled: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """One line per load and policy: its pooled ratios, each with its pairs and runs."""
+    names = dict(POOLED_REFERENCES)
+    lines = []
+    for load, entries in pooled.items():
+        by_policy: dict[str, dict[str, dict[str, Any]]] = {}
+        for entry in entries:
+            by_policy.setdefault(entry["policy"], {})[entry["reference"]] = entry
+        for policy, found in by_policy.items():
+            parts = [f"{names[key]} {found[key]['ratio']:.3f}x [{found[key]['low']:.3f}-{found[key]['high']:.3f}]"
+                     f" ({found[key]['pairs']} pairs, {_count(found[key]['runs'], 'run')})"
+                     for key, _ in POOLED_REFERENCES if key in found]
+            lines.append(f"{load}, {policy}: " + "; ".join(parts))
+    return lines
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _fmt(value: Optional[float], scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 

@@ -36,11 +36,15 @@ if __name__ == "__main__":
     missing = [str(f) for f in folders if not (f / "results.json").is_file()]
     if missing:
         sys.exit(f"no results.json in: {', '.join(missing)}")
-    documents = [json.loads((folder / "results.json").read_text()) for folder in folders]
-    drivers = {document.get("driver", "offline") for document in documents}
-    if len(drivers) > 1:
-        sys.exit("these runs mix the serve driver with the offline one: pool runs of one command")
-    if drivers == {"serve"}:
-        print("\n".join(serve_report.pooled_lines(serve_report.pooled_over_runs(documents))))
-    else:
-        print("\n".join(pooled_lines({"pooled": pooled_over_runs(folders)})))
+    try:
+        documents = [json.loads((folder / "results.json").read_text()) for folder in folders]
+        drivers = {document.get("driver", "offline") for document in documents}
+        if len(drivers) > 1:
+            sys.exit("these runs mix the serve driver with the offline one: pool runs of one command")
+        if drivers == {"serve"}:
+            lines = serve_report.pooled_lines(serve_report.pooled_over_runs(documents))
+        else:
+            lines = pooled_lines({"pooled": pooled_over_runs(folders)})
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # not a results.json vspec bench wrote
+        sys.exit(f"cannot pool these runs: a results.json is not one vspec bench wrote ({type(error).__name__}: {error})")
+    print("\n".join(lines))

@@ -169,9 +169,10 @@ def test_per_request_tpot_pairs_each_request_with_its_twin_and_resolves_what_the
 
 
 def test_pool_runs_pools_serve_runs_per_load_with_every_round_in_one_sample(tmp_path):
-    """Two serve runs of one load: online 2% behind fixed:3 in tok/s and TPOT in every round, the rounds
-    of each run 5% apart. benchmarks/pool_runs.py gives one line per load and policy over both runs'
-    eight rounds; it refuses to pool a serve run with an offline one."""
+    """Two serve runs of one load, 10% apart in level, each with four rounds up to 10% apart: online is
+    2% behind fixed:3 in tok/s and TPOT in every round (+-0.4%). benchmarks/pool_runs.py gives one line
+    per load and policy over both runs' eight rounds, with an interval the levels do not widen; it
+    refuses to pool a serve run with an offline one, and a file that is not a bench's results."""
     import subprocess
     import sys
 
@@ -207,6 +208,10 @@ def test_pool_runs_pools_serve_runs_per_load_with_every_round_in_one_sample(tmp_
     mixed = subprocess.run([sys.executable, str(script), folders[0], str(offline)], capture_output=True,
                            text=True, timeout=60)
     assert mixed.returncode == 1 and "mix the serve driver with the offline one" in mixed.stderr
+    (offline / "results.json").write_text("{not json")
+    broken = subprocess.run([sys.executable, str(script), str(offline)], capture_output=True, text=True, timeout=60)
+    assert broken.returncode == 1 and "is not one vspec bench wrote" in broken.stderr
+    assert "Traceback" not in broken.stderr
 
 
 # --- warm-up ---------------------------------------------------------------------------------------

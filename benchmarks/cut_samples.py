@@ -120,13 +120,14 @@ def request_kinds(document: dict[str, Any], records: list[dict[str, Any]],
                 kind_of_prompt.setdefault(prompt, workload.name)
     _, prompts = prompt_pool(workloads)
     loads = document["settings"]["loads"]
+    load_indexes = {load["label"]: index for index, load in enumerate(loads)}
     last_seen: dict[str, tuple[float, str]] = {}
     for sample in samples:
         for request_id in sample["request_ids"]:
             last_seen[request_id] = (sample["time"], sample.get("policy", ""))
     kinds: dict[str, str] = {}
     for record in records:
-        load_index = next(i for i, load in enumerate(loads) if load["label"] == record["load"])
+        load_index = load_indexes[record["load"]]
         shape = loadlib.LoadShape(**{k: v for k, v in loads[load_index].items() if k != "label"})
         schedule = loadlib.arrivals(shape, prompts, seed=1000 * load_index + record["round"])
         candidates = sorted((seen, request_id) for request_id, (seen, label) in last_seen.items()

@@ -19,7 +19,7 @@ time, on the clock its loads were timed with) and, per policy, over the steps in
   vLLM request id is matched to the client record whose answer completed nearest the last step it
   drafted in, within 0.3 s (about three in four match; a step with an unmatched request is left out).
 
-docs/benchmarks.md ("Where online's 3-4% goes, cut by time") reads three runs with it.
+docs/benchmarks.md ("Where online's loss goes, cut by time") reads three runs with it.
 """
 
 from __future__ import annotations

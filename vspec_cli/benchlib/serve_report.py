@@ -200,21 +200,19 @@ def pooled_over_runs(documents: list[dict[str, Any]]) -> dict[str, list[dict[str
     sample (a plain paired t over all rounds, paired.log_ratio_interval): what moves a run's ratio as a
     whole (the mix of prompts its windows served, the machine's level) is noise here, and widens the
     interval, where the offline pooling's strata would have left it out."""
-    pairs: dict[str, dict[tuple[str, str], list[float]]] = {}
-    runs_of: dict[str, dict[tuple[str, str], int]] = {}
+    per_run: dict[str, dict[tuple[str, str], list[list[float]]]] = {}  # each run's logs, kept apart to count runs
     for document in documents:
         runs = [LoadRun(**record) for record in document["runs"]]
         for load, found in pooled_logs(document["cells"], runs).items():
             for key, logs in found.items():
-                pairs.setdefault(load, {}).setdefault(key, []).extend(logs)
-                runs_of.setdefault(load, {})[key] = runs_of.get(load, {}).get(key, 0) + 1
+                per_run.setdefault(load, {}).setdefault(key, []).append(logs)
     pooled: dict[str, list[dict[str, Any]]] = {}
-    for load, found in pairs.items():
-        for (label, reference), logs in found.items():
-            interval = paired.log_ratio_interval(logs)
+    for load, found in per_run.items():
+        for (label, reference), runs_logs in found.items():
+            interval = paired.log_ratio_interval([log for logs in runs_logs for log in logs])
             if interval and interval.get("low") is not None:
                 pooled.setdefault(load, []).append({"policy": label, "reference": reference,
-                                                    "runs": runs_of[load][(label, reference)], **interval})
+                                                    "runs": len(runs_logs), **interval})
     return pooled
 
 

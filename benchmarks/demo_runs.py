@@ -15,6 +15,15 @@ the bench sent it (the workload's prompts through the demo's chat template), and
 n-gram proposer (`_find_longest_matched_ngram_and_propose_tokens`, the demo preset's n 1-4) at
 every answer position. Writes {"source", "ngram": [min, max], "cells": {cell: [{"L": [...],
 "P": [...]}, ...]}}.
+
+The serve bench's pool (every copy, code and chat prompt, as `--workload copy,code,chat` draws them):
+
+    .venv/bin/python benchmarks/demo_runs.py --serve-pool benchmarks/data/demo_serve_pool_runs.json
+
+generates each prompt's greedy answer (64 tokens, the closed-loop benches' `--max-tokens`) with an
+offline engine of the demo model, without speculation (greedy answers are the same with it), and
+writes the same record with one cell per workload ("copy", "code", "chat"), for
+`replay.replay_server` (about 5 minutes here).
 """
 
 from __future__ import annotations
@@ -83,8 +92,45 @@ def main(bench_dir: str, out_path: str) -> int:
     return 0
 
 
+POOL_MAX_TOKENS = 64
+
+
+def serve_pool(out_path: str) -> int:
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+
+    from vspec_cli import model_store
+    from vspec_cli.benchlib.serve_cli import prompt_pool
+    from vspec_cli.offline_run import _render
+    from vspec_cli.workloads import load_workload
+
+    demo = model_store.resolve("demo").path
+    if demo is None:
+        print("demo_runs: the demo model is not prepared (`vspec models prepare demo`)", file=sys.stderr)
+        return 2
+    tokenizer = AutoTokenizer.from_pretrained(demo)
+    llm = LLM(model=str(demo), dtype="float32", max_model_len=MAX_MODEL_LEN, gpu_memory_utilization=0.3,
+              max_num_seqs=16, enable_prefix_caching=False)
+    greedy = SamplingParams(temperature=0.0, max_tokens=POOL_MAX_TOKENS)
+    cells: dict[str, list[dict[str, list[int]]]] = {}
+    for kind in ("copy", "code", "chat"):
+        _, prompts = prompt_pool([load_workload(kind)])  # the serve driver's own pool of that workload
+        rendered = [_render(tokenizer, prompt, True) for prompt in prompts]
+        outputs = llm.generate(rendered, greedy)
+        cells[kind] = [answer_runs(tokenizer(text)["input_ids"], list(output.outputs[0].token_ids))
+                       for text, output in zip(rendered, outputs)]
+    record = {"source": f"the serve pool's every prompt, greedy, {POOL_MAX_TOKENS} tokens",
+              "ngram": [NGRAM_MIN, NGRAM_MAX], "cells": cells}
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    print(f"demo_runs: {sum(len(rows) for rows in cells.values())} answers of the serve pool -> {out_path}")
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve-pool":
+        sys.exit(serve_pool(sys.argv[2]))
     if len(sys.argv) != 3:
-        print(__doc__.split("Usage")[0].strip() + "\n\nusage: demo_runs.py BENCH_OUT_DIR OUT.json", file=sys.stderr)
+        print(__doc__.split("Usage")[0].strip() + "\n\nusage: demo_runs.py BENCH_OUT_DIR OUT.json\n       demo_runs.py --serve-pool OUT.json", file=sys.stderr)
         sys.exit(2)
     sys.exit(main(sys.argv[1], sys.argv[2]))

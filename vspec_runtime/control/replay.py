@@ -25,13 +25,14 @@ from another's by its choices and by the cost noise, never by its luck with the 
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from vspec_runtime.control.base import Policy, StepFeedback
 
-__all__ = ["Answer", "StepCost", "TextCell", "fixed_commit", "replay_cells"]
+__all__ = ["Answer", "ServerMix", "StepCost", "TextCell", "fixed_commit", "replay_cells", "replay_server"]
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,11 @@ class StepCost:
     fixed_ms: float = 32.8
     token_ms: float = 2.71
     noise: float = 0.03
+    drafting_ms: float = 0.0  # added to every step at K > 0: the proposer and rejection sampler run
 
-    def step_ms(self, verified_tokens: int, rng: random.Random) -> float:
-        return (self.fixed_ms + self.token_ms * verified_tokens) * max(0.2, 1.0 + self.noise * rng.gauss(0.0, 1.0))
+    def step_ms(self, verified_tokens: int, rng: random.Random, gamma: int = 0) -> float:
+        base = self.fixed_ms + self.token_ms * verified_tokens + (self.drafting_ms if gamma > 0 else 0.0)
+        return base * max(0.2, 1.0 + self.noise * rng.gauss(0.0, 1.0))
 
 
 def fixed_commit(answers: Iterable[Answer], gamma: int) -> float:
@@ -116,7 +119,7 @@ def _replay_cell(policy: Policy, cell: TextCell, rounds: int, rng: random.Random
                 advanced = min(position + 1 + taken, len(answer.right))
                 tokens += advanced - position
                 positions[index] = advanced
-            interval_ms = cost.step_ms(verified, rng)
+            interval_ms = cost.step_ms(verified, rng, gamma)
             elapsed_ms += interval_ms
             policy.observe(StepFeedback(
                 batch_size=batch, gamma=gamma, drafted=tuple(drafted), accepted=tuple(accepted),
@@ -126,4 +129,78 @@ def _replay_cell(policy: Policy, cell: TextCell, rounds: int, rng: random.Random
             previous = (batch, gamma)
             positions = {index: position for index, position in positions.items()
                          if position < len(cell.answers[index].right)}
+    return tokens / elapsed_ms if elapsed_ms else 0.0
+
+
+@dataclass(frozen=True)
+class ServerMix:
+    """A busy server's closed loop: ``clients`` requests always running, each answer drawn from
+    ``kinds`` (answers per kind, ``weights`` the chance of each kind) and cut at ``max_tokens``; a
+    finished answer's client sends the next at once, and the step that admits it also prefills it
+    (``admission_ms`` more, an unstable step, as on the server)."""
+
+    kinds: dict[str, tuple[Answer, ...]]
+    weights: dict[str, float]
+    clients: int = 8
+    max_tokens: int = 64
+    admission_ms: float = 50.0
+
+    def draws(self, rng: random.Random) -> Iterator[tuple[str, Answer]]:
+        """The answers the clients send, in order, without end: the same for every policy."""
+        names = sorted(self.kinds)
+        weights = [self.weights.get(name, 0.0) for name in names]
+        while True:
+            name = rng.choices(names, weights=weights)[0]
+            answer = rng.choice(self.kinds[name])
+            yield name, Answer(answer.proposed[: self.max_tokens], answer.right[: self.max_tokens])
+
+
+def replay_server(policy: Policy, mix: ServerMix, *, duration_ms: float = 60_000.0, seed: int = 0,
+                  cost: StepCost = StepCost(), max_feasible_gamma: int = 64) -> float:
+    """Committed tokens per ms of ``policy`` serving ``mix`` for ``duration_ms`` (simulated).
+
+    Common random numbers: the n-th request admitted gets the n-th drawn answer whichever policy runs,
+    so two policies serve the same texts in the same order (as the serve bench's clients send the same
+    prompts) and differ by their choices and the cost noise only.
+    """
+    draws, cost_rng = mix.draws(random.Random(seed)), random.Random(seed + 1)
+    numbers = itertools.count()
+    running: dict[str, tuple[Answer, int]] = {}  # request -> (answer, tokens made so far)
+    admitting = [f"s{next(numbers)}" for _ in range(mix.clients)]  # prefilled by the next step
+    for request_id in admitting:
+        running[request_id] = (next(draws)[1], 1)  # the prefill makes the first token
+    tokens, elapsed_ms = 0, 0.0
+    previous: tuple[int, int] | None = None  # (batch, K) of the step before: a stable step repeats it
+    while elapsed_ms < duration_ms:
+        batch = len(running)
+        gamma = policy.choose(batch, max_feasible_gamma).gamma
+        request_ids, drafted, accepted = [], [], []
+        verified = batch - len(admitting)
+        tokens += len(admitting)
+        for request_id, (answer, position) in running.items():
+            if request_id in admitting:
+                continue
+            drafts = min(gamma, answer.proposed[position])
+            taken = min(drafts, answer.right[position])
+            if drafts:
+                request_ids.append(request_id)
+                drafted.append(drafts)
+                accepted.append(taken)
+            verified += drafts
+            advanced = min(position + 1 + taken, len(answer.right))
+            tokens += advanced - position
+            running[request_id] = (answer, advanced)
+        interval_ms = cost.step_ms(verified, cost_rng, gamma) + mix.admission_ms * len(admitting)
+        elapsed_ms += interval_ms
+        policy.observe(StepFeedback(
+            batch_size=batch, gamma=gamma, drafted=tuple(drafted), accepted=tuple(accepted),
+            interval_ms=interval_ms, stable=not admitting and previous == (batch, gamma),
+            batched_tokens=verified, request_ids=tuple(request_ids), batch_ids=tuple(running),
+        ))
+        previous = (batch, gamma)
+        done = [request_id for request_id, (answer, position) in running.items() if position >= len(answer.right)]
+        admitting = [f"s{next(numbers)}" for _ in done]
+        for finished, request_id in zip(done, admitting):
+            del running[finished]
+            running[request_id] = (next(draws)[1], 1)
     return tokens / elapsed_ms if elapsed_ms else 0.0

@@ -9,6 +9,10 @@ time, on the clock its loads were timed with) and, per policy, over the steps in
   that verified drafts made at another K) and stable steps, with each one's share of the engine's
   time and its tokens per second; and how a switch step's cost per token compares with the stable
   steps at the K it verified among the ten steps around it;
+* **batch sizes**: the time share and tokens per second of the stable steps at the load's top batch
+  size (eight clients: batch 8), of its other steps (admissions, switches), and of the steps at
+  smaller batches (the clients' staggered start and the drain after the window): how much of a
+  load is the steady state its name suggests;
 * **decisions**: the share of time spent under each reason of the controller's trace (exploit,
   firm-up, explore, ...), as the decision before each step gave it, and the rate of the stable
   steps under it;
@@ -95,6 +99,20 @@ def _switch_cost(steps: list[dict[str, Any]]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def batch_sizes(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Time share and tok/s of stable top-batch steps, the top batch's other steps, and smaller batches."""
+    top = max((s["batch_size"] for s in steps), default=0)
+    total = sum(s["interval_ms"] for s in steps) or 1.0
+    groups = {
+        f"stable at batch {top}": [s for s in steps if s["batch_size"] == top and s["stable"]],
+        f"other at batch {top}": [s for s in steps if s["batch_size"] == top and not s["stable"]],
+        f"batch below {top}": [s for s in steps if s["batch_size"] < top],
+    }
+    return {name: {"steps": len(group), "time_share": sum(s["interval_ms"] for s in group) / total,
+                   "tok_s": rate(group)}
+            for name, group in groups.items()}
+
+
 def decision_reasons(steps: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> dict[str, Any]:
     """Time under each decision reason (the latest traced decision before the step)."""
     times = [d["time"] for d in decisions]
@@ -178,6 +196,7 @@ def cut(folder: Path) -> dict[str, Any]:
             mine = [d for d in decisions if d.get("policy") == label]
             report[f"{label} (repeat {repeat + 1})"] = {
                 **step_classes(steps),
+                "batch_sizes": batch_sizes(steps),
                 "decisions": decision_reasons(steps, mine) if mine else {},
                 "batch_mix": batch_mix(steps, kinds),
             }
@@ -193,6 +212,8 @@ def lines(report: dict[str, Any]) -> list[str]:
         cost = classes["switch"]["cost_vs_stable"]
         out.append("  steps: " + "; ".join(parts)
                    + ("" if cost is None else f"; a switch costs {cost:.2f}x a stable step per token"))
+        out.append("  batch sizes: " + "; ".join(f"{name} {g['time_share']:.1%} of time at {g['tok_s']:.1f} tok/s"
+                                                 for name, g in found["batch_sizes"].items()))
         if found["decisions"]:
             out.append("  decisions: " + "; ".join(f"{reason} {d['time_share']:.1%} (stable {d['stable_tok_s']:.1f} tok/s)"
                                                    for reason, d in found["decisions"].items()))

@@ -23,10 +23,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cut_samples.py"
 LOAD = {"label": "2 clients", "kind": "clients", "rate": 0.0, "duration_s": 1.0, "burstiness": 1.0, "clients": 2}
 
 
-def step(time, policy, gamma, interval_ms, committed, *, stable=True, batched=None, ids=("a", "b")):
-    return {"time": time, "policy": policy, "batch_size": 2, "gamma": gamma, "stable": stable,
-            "interval_ms": interval_ms, "committed": committed, "drafted": 2 * gamma, "accepted": 0,
-            "batched_tokens": batched if batched is not None else 2 * (gamma + 1), "request_ids": list(ids)}
+def step(time, policy, gamma, interval_ms, committed, *, stable=True, batched=None, ids=("a", "b"), batch=2):
+    return {"time": time, "policy": policy, "batch_size": batch, "gamma": gamma, "stable": stable,
+            "interval_ms": interval_ms, "committed": committed, "drafted": batch * gamma, "accepted": 0,
+            "batched_tokens": batched if batched is not None else batch * (gamma + 1), "request_ids": list(ids)}
 
 
 def kinds_drawn(count):
@@ -59,6 +59,7 @@ def run_folder(tmp_path):
         step(20.1, "online", 1, 40.0, 4, ids=("c", "d")), step(20.2, "online", 1, 40.0, 4, ids=("c", "d")),
         step(20.3, "online", 1, 44.0, 4, stable=False, ids=("c", "d")),  # verifies K=1 drafts, drafts at K=4
         step(20.4, "online", 4, 80.0, 8, ids=("c",)), step(20.5, "online", 4, 80.0, 8, ids=("d",)),
+        step(20.6, "online", 4, 30.0, 1, ids=(), batch=1),  # the drain: one request left, no draft
     ]
     decisions = [{"time": 20.05, "policy": "online", "reason": "explore", "gamma": 1},
                  {"time": 20.25, "policy": "online", "reason": "exploit", "gamma": 4}]
@@ -95,8 +96,19 @@ def test_each_policy_gets_its_own_steps_split_into_admissions_switches_and_stabl
     switch = online["classes"]["switch"]
     assert switch["steps"] == 1 and switch["cost_vs_stable"] == pytest.approx(1.1)  # 11 ms a token against 10
     # time is charged to the decision made before it
-    assert online["decisions"]["explore"]["steps"] == 2 and online["decisions"]["exploit"]["steps"] == 3
-    assert online["decisions"]["exploit"]["time_share"] == pytest.approx(204 / 284)
+    assert online["decisions"]["explore"]["steps"] == 2 and online["decisions"]["exploit"]["steps"] == 4
+    assert online["decisions"]["exploit"]["time_share"] == pytest.approx(234 / 314)
+
+
+def test_a_load_is_cut_into_its_steady_top_batch_and_the_rest(run_folder):
+    """How much of a load ran at the batch its clients make: online's four stable batch-2 steps, its
+    switch, and the drain's batch-1 step."""
+    sizes = json.loads(cut(run_folder, "--json").stdout)["online (repeat 1)"]["batch_sizes"]
+    assert sizes["stable at batch 2"]["steps"] == 4
+    assert sizes["stable at batch 2"]["time_share"] == pytest.approx(240 / 314)
+    assert sizes["other at batch 2"]["steps"] == 1 and sizes["other at batch 2"]["time_share"] == pytest.approx(44 / 314)
+    assert sizes["batch below 2"]["steps"] == 1 and sizes["batch below 2"]["tok_s"] == pytest.approx(1000 / 30)
+    assert "batch sizes: stable at batch 2 76.4% of time" in cut(run_folder).stdout
 
 
 def test_requests_are_sorted_by_the_workload_their_prompt_was_drawn_from(run_folder):

@@ -134,16 +134,18 @@ def _replay_cell(policy: Policy, cell: TextCell, rounds: int, rng: random.Random
 
 @dataclass(frozen=True)
 class ServerMix:
-    """A busy server's closed loop: ``clients`` requests always running, each answer drawn from
-    ``kinds`` (answers per kind, ``weights`` the chance of each kind) and cut at ``max_tokens``; a
-    finished answer's client sends the next at once, and the step that admits it also prefills it
-    (``admission_ms`` more, an unstable step, as on the server)."""
+    """A busy server's closed loop: ``clients`` clients, each sending its next request as soon as its
+    answer is complete, each answer drawn from ``kinds`` (answers per kind, ``weights`` the chance of
+    each kind) and cut at ``max_tokens``. The step that admits a request also prefills it
+    (``admission_ms`` more, an unstable step, as on the server). ``stagger`` spreads the clients'
+    first requests over that fraction of a load, as the serve bench starts its clients."""
 
     kinds: dict[str, tuple[Answer, ...]]
     weights: dict[str, float]
     clients: int = 8
     max_tokens: int = 64
     admission_ms: float = 50.0
+    stagger: float = 0.0
 
     def draws(self, rng: random.Random) -> Iterator[tuple[str, Answer]]:
         """The answers the clients send, in order, without end: the same for every policy."""
@@ -155,28 +157,66 @@ class ServerMix:
             yield name, Answer(answer.proposed[: self.max_tokens], answer.right[: self.max_tokens])
 
 
-def replay_server(policy: Policy, mix: ServerMix, *, duration_ms: float = 60_000.0, seed: int = 0,
+def replay_server(policy: Policy, mix: ServerMix, *, duration_ms: float = 60_000.0, loads: int = 1, seed: int = 0,
                   cost: StepCost = StepCost(), max_feasible_gamma: int = 64) -> float:
-    """Committed tokens per ms of ``policy`` serving ``mix`` for ``duration_ms`` (simulated).
+    """Committed tokens per ms of ``policy`` over ``loads`` loads of ``mix``, each ``duration_ms`` (simulated)
+    of sending and then the drain of the answers still running, as the serve bench runs a closed
+    loop: the rate counts the tokens made while the clients send. The policy keeps its state from
+    load to load, as each policy does across a bench's rounds.
 
     Common random numbers: the n-th request admitted gets the n-th drawn answer whichever policy runs,
     so two policies serve the same texts in the same order (as the serve bench's clients send the same
     prompts) and differ by their choices and the cost noise only.
     """
     draws, cost_rng = mix.draws(random.Random(seed)), random.Random(seed + 1)
-    numbers = itertools.count()
-    running: dict[str, tuple[Answer, int]] = {}  # request -> (answer, tokens made so far)
-    admitting = [f"s{next(numbers)}" for _ in range(mix.clients)]  # prefilled by the next step
-    for request_id in admitting:
-        running[request_id] = (next(draws)[1], 1)  # the prefill makes the first token
-    tokens, elapsed_ms = 0, 0.0
-    previous: tuple[int, int] | None = None  # (batch, K) of the step before: a stable step repeats it
-    while elapsed_ms < duration_ms:
+    loop = _ClosedLoop(policy, mix, draws, cost, cost_rng, max_feasible_gamma)
+    tokens = sum(loop.run_load(duration_ms) for _ in range(loads))
+    return tokens / (duration_ms * loads)
+
+
+class _ClosedLoop:
+    """The engine and its clients for ``replay_server``: one step at a time, on a simulated clock."""
+
+    def __init__(self, policy: Policy, mix: ServerMix, draws: Iterator[tuple[str, Answer]], cost: StepCost,
+                 cost_rng: random.Random, max_feasible_gamma: int) -> None:
+        self.policy, self.mix, self.draws, self.cost, self.cost_rng = policy, mix, draws, cost, cost_rng
+        self.max_feasible_gamma = max_feasible_gamma
+        self.numbers = itertools.count()
+        self.previous: tuple[int, int] | None = None  # (batch, K) of the step before: a stable step repeats it
+
+    def run_load(self, duration_ms: float) -> int:
+        """Tokens made while the clients sent (steps ending within ``duration_ms``); then the drain."""
+        starts = sorted(self.mix.stagger * duration_ms * client / self.mix.clients for client in range(self.mix.clients))
+        running: dict[str, tuple[Answer, int]] = {}  # request -> (answer, tokens made so far)
+        waiting = 0  # clients whose answer is complete and who send again at the next step
+        clock_ms, tokens = 0.0, 0
+        while True:
+            while starts and starts[0] <= clock_ms:
+                starts.pop(0)
+                waiting += 1
+            admitting = [f"s{next(self.numbers)}" for _ in range(waiting if clock_ms < duration_ms else 0)]
+            waiting -= len(admitting)
+            for request_id in admitting:
+                running[request_id] = (next(self.draws)[1], 1)  # the prefill makes the first token
+            if not running:
+                if not starts:
+                    return tokens
+                clock_ms = starts[0]  # idle until the next client starts
+                self.previous = None
+                continue
+            step_ms, made, done = self._step(running, set(admitting))
+            clock_ms += step_ms
+            if clock_ms <= duration_ms:
+                tokens += made
+            for request_id in done:
+                del running[request_id]
+            waiting += len(done)
+
+    def _step(self, running: dict[str, tuple[Answer, int]], admitting: set[str]) -> tuple[float, int, list[str]]:
         batch = len(running)
-        gamma = policy.choose(batch, max_feasible_gamma).gamma
+        gamma = self.policy.choose(batch, self.max_feasible_gamma).gamma
         request_ids, drafted, accepted = [], [], []
-        verified = batch - len(admitting)
-        tokens += len(admitting)
+        verified, made = batch - len(admitting), len(admitting)
         for request_id, (answer, position) in running.items():
             if request_id in admitting:
                 continue
@@ -188,19 +228,14 @@ def replay_server(policy: Policy, mix: ServerMix, *, duration_ms: float = 60_000
                 accepted.append(taken)
             verified += drafts
             advanced = min(position + 1 + taken, len(answer.right))
-            tokens += advanced - position
+            made += advanced - position
             running[request_id] = (answer, advanced)
-        interval_ms = cost.step_ms(verified, cost_rng, gamma) + mix.admission_ms * len(admitting)
-        elapsed_ms += interval_ms
-        policy.observe(StepFeedback(
+        interval_ms = self.cost.step_ms(verified, self.cost_rng, gamma) + self.mix.admission_ms * len(admitting)
+        self.policy.observe(StepFeedback(
             batch_size=batch, gamma=gamma, drafted=tuple(drafted), accepted=tuple(accepted),
-            interval_ms=interval_ms, stable=not admitting and previous == (batch, gamma),
+            interval_ms=interval_ms, stable=not admitting and self.previous == (batch, gamma),
             batched_tokens=verified, request_ids=tuple(request_ids), batch_ids=tuple(running),
         ))
-        previous = (batch, gamma)
+        self.previous = (batch, gamma)
         done = [request_id for request_id, (answer, position) in running.items() if position >= len(answer.right)]
-        admitting = [f"s{next(numbers)}" for _ in done]
-        for finished, request_id in zip(done, admitting):
-            del running[finished]
-            running[request_id] = (next(draws)[1], 1)
-    return tokens / elapsed_ms if elapsed_ms else 0.0
+        return interval_ms, made, done

@@ -186,7 +186,8 @@ class _ClosedLoop:
 
     def run_load(self, duration_ms: float) -> int:
         """Tokens made while the clients sent (steps ending within ``duration_ms``); then the drain."""
-        starts = sorted(self.mix.stagger * duration_ms * client / self.mix.clients for client in range(self.mix.clients))
+        spacing_ms = self.mix.stagger * duration_ms / self.mix.clients
+        starts = [spacing_ms * client for client in range(self.mix.clients)]
         running: dict[str, tuple[Answer, int]] = {}  # request -> (answer, tokens made so far)
         waiting = 0  # clients whose answer is complete and who send again at the next step
         clock_ms, tokens = 0.0, 0

@@ -15,6 +15,11 @@ A cell is ``rounds`` closed batches: every answer of the cell starts at once (a 
 leaves when its answer is done, so the batch drains as on the bench. The policy keeps its state
 across rounds and cells, as each policy does in an interleaved bench run.
 
+``replay_server`` replays the serve bench's closed loop instead (``ServerMix``): clients that send
+their next request as soon as an answer is complete, answers drawn from the serve pool's own
+(``benchmarks/demo_runs.py --serve-pool``), loads that start their clients one after another and drain
+after the window, as `vspec bench --driver serve --concurrency N` runs them.
+
 Cost per step (``StepCost``): fixed_ms + token_ms x tokens verified (the running requests plus their
 drafts), times 1 + noise x N(0, 1). Fitted on bench run 14's fixed-K phases at batch 8 (32.8 ms +
 2.71 ms per verified token, with each cell's prefill): every phase within 1% of its measured time.

@@ -84,12 +84,17 @@ def main(bench_dir: str, out_path: str) -> int:
         for prompt, answer in zip(prompts, token_ids):
             rows.append(answer_runs(tokenizer(_render(tokenizer, prompt, True))["input_ids"], answer))
         cells[cell] = rows
-    record = {"source": f"{bench.name}: {first_outputs[0].name}, round 1 of each cell",
-              "ngram": [NGRAM_MIN, NGRAM_MAX], "cells": cells}
+    answers = write_record(out_path, f"{bench.name}: {first_outputs[0].name}, round 1 of each cell", cells)
+    print(f"demo_runs: {answers} answers in {len(cells)} cells -> {out_path}")
+    return 0
+
+
+def write_record(out_path: str, source: str, cells: dict[str, list[dict[str, list[int]]]]) -> int:
+    """Write the replay record; returns the number of answers in it."""
+    record = {"source": source, "ngram": [NGRAM_MIN, NGRAM_MAX], "cells": cells}
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    print(f"demo_runs: {sum(len(rows) for rows in cells.values())} answers in {len(cells)} cells -> {out_path}")
-    return 0
+    return sum(len(rows) for rows in cells.values())
 
 
 POOL_MAX_TOKENS = 64
@@ -119,11 +124,8 @@ def serve_pool(out_path: str) -> int:
         outputs = llm.generate(rendered, greedy)
         cells[kind] = [answer_runs(tokenizer(text)["input_ids"], list(output.outputs[0].token_ids))
                        for text, output in zip(rendered, outputs)]
-    record = {"source": f"the serve pool's every prompt, greedy, {POOL_MAX_TOKENS} tokens",
-              "ngram": [NGRAM_MIN, NGRAM_MAX], "cells": cells}
-    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    print(f"demo_runs: {sum(len(rows) for rows in cells.values())} answers of the serve pool -> {out_path}")
+    answers = write_record(out_path, f"the serve pool's every prompt, greedy, {POOL_MAX_TOKENS} tokens", cells)
+    print(f"demo_runs: {answers} answers of the serve pool -> {out_path}")
     return 0
 
 

@@ -584,3 +584,36 @@ def test_a_firm_up_that_cannot_be_measured_is_not_repeated_until_the_bucket_meas
     assert len(unmeasured) == len(set(unmeasured)), f"a firm-up nobody measured was repeated: {unmeasured}"
     measured = run(online, 200, near_tie(), seed=0)  # the simulator's steps are measured
     assert "firm-up" in measured.reasons, "measured steps did not make the thin arms contenders again"
+
+
+def test_a_smaller_batch_in_a_bucket_is_priced_as_the_buckets_full_batch():
+    """batch_normalized_costs: a step of 5 requests in the bucket of 8 carries 3/8 of its fixed cost
+    less, as eight requests would have shared it; a full batch, or an unknown fixed cost, is left as
+    measured, and the fixed part never exceeds the step."""
+    from vspec_runtime.control.bucket_state import BucketState
+
+    bucket = BucketState(8, 2, None)
+    assert bucket.at_bucket_batch(80.0, 5, 40.0) == pytest.approx(80.0 - 40.0 * 3 / 8)
+    assert bucket.at_bucket_batch(80.0, 8, 40.0) == 80.0
+    assert bucket.at_bucket_batch(80.0, 5, None) == 80.0
+    assert bucket.at_bucket_batch(30.0, 5, 40.0) == pytest.approx(30.0 - 30.0 * 3 / 8)
+
+
+def test_batch_normalized_costs_learn_the_fixed_cost_from_steps_of_every_size():
+    """The fixed cost a step's missing requests would have shared comes from a line of step time
+    against tokens over every bucket's stable steps: with steps costing 40 ms + 2 ms a token, a drain
+    step of 5 requests at K=0 (50 ms) enters the K=0 window of the bucket of 8 as 35 ms."""
+    policy = OnlinePolicy(max_gamma=4, batch_normalized_costs=True)
+    for step in range(60):
+        batch = (2, 4, 8)[step % 3]
+        policy.choose(batch, 4)
+        gamma = step % 2
+        tokens = batch * (gamma + 1)
+        policy.observe(StepFeedback(batch, gamma, (gamma,) * batch if gamma else (), (0,) * batch if gamma else (),
+                                    40.0 + 2.0 * tokens, True, batched_tokens=tokens))
+    fixed, per_token = policy._step_line.line()
+    assert fixed == pytest.approx(40.0, rel=0.01) and per_token == pytest.approx(2.0, rel=0.01)
+    bucket = policy._bucket(5)
+    before = bucket.arms[0].interval_ms if 0 in bucket.arms else 0.0
+    policy.observe(StepFeedback(5, 0, (), (), 50.0, True, batched_tokens=5))
+    assert bucket.arms[0].interval_ms - before == pytest.approx(50.0 - 40.0 * 3 / 8)

@@ -13,6 +13,7 @@ import itertools
 import json
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,25 @@ def test_online_runs_the_servers_mixed_traffic_near_its_best_fixed_k():
     assert statistics.mean(fixed[6]) < 0.95 * statistics.mean(fixed[best])  # and a deep K is dear
     online = rates(lambda: make_policy(AdaptiveSettings(enabled=True), 6))
     assert statistics.mean(a / b for a, b in zip(online, fixed[best])) > 0.98
+
+
+def test_a_drain_does_not_make_k0_look_dear_with_batch_normalized_costs():
+    """Chat at eight clients, where K=0 is the best K (a step that drafts costs 3 ms more, so K=1 runs
+    about 5% behind K=0, as online's K=1 did on the server). Each load's staggered start and drain run
+    batches of 5-7 in the bucket of 8, whose steps cost more per request at any K; the arm whose window
+    caught them read dear. Replayed (four seeds): online 0.963x K=0 as its windows see them, 0.993x
+    with each step priced at the bucket's full batch (``batch_normalized_costs``)."""
+    chat = ServerMix(pool(), {"chat": 1.0}, stagger=0.25)
+    drafting = replace(SERVER_COST, drafting_ms=3.0)
+
+    def rates(make) -> list[float]:
+        return [replay_server(make(), chat, seed=seed, cost=drafting, duration_ms=20_000.0, loads=8)
+                for seed in range(4)]
+
+    zero = rates(lambda: FixedPolicy(0))
+    assert statistics.mean(rates(lambda: FixedPolicy(1))) < 0.97 * statistics.mean(zero)
+    normalized = rates(lambda: make_policy(AdaptiveSettings(enabled=True, batch_normalized_costs=True), 6))
+    as_measured = rates(lambda: make_policy(AdaptiveSettings(enabled=True), 6))
+    normalized_ratio = statistics.mean(a / b for a, b in zip(normalized, zero))
+    assert normalized_ratio > 0.98
+    assert normalized_ratio > statistics.mean(a / b for a, b in zip(as_measured, zero)) + 0.01

@@ -64,6 +64,7 @@ SAMPLES: dict[str, tuple[str, Any]] = {
     "adaptive.acceptance_model": ("run", "run"),
     "adaptive.visit_value": ("false", False),
     "adaptive.firm_up_follow_through": ("true", True),
+    "adaptive.batch_normalized_costs": ("true", True),
     "adaptive.start_gamma": ("1", 1),
     "adaptive.gamma0_mode": ("sync", "sync"),
     "adaptive.gamma0_reprobe_steps": ("64", 64),

@@ -10,7 +10,7 @@ Schema (unknown keys are errors; every key is optional in a --config file):
     ngram_min = 1 ; ngram_max = 4     # ngram only
     [adaptive]  enabled, policy, profile, min_gamma, max_gamma_step, control_interval, hysteresis,
                 online_window, online_exploration, model_guided, batch_acceptance, token_costs, coverage_weighting,
-                acceptance_model, visit_value, firm_up_follow_through, start_gamma,
+                acceptance_model, visit_value, firm_up_follow_through, batch_normalized_costs, start_gamma,
                 gamma0_mode, gamma0_reprobe_steps, fixed_gamma, table (batch size -> K), trace, samples,
                 sweep_gammas, seed, per_request, entropy_stop, entropy_topk, entropy_threshold,
                 entropy_scale

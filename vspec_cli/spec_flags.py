@@ -60,6 +60,7 @@ RARE_KEYS = frozenset({
     "version",
     "adaptive.model_guided", "adaptive.batch_acceptance", "adaptive.token_costs", "adaptive.coverage_weighting",
     "adaptive.acceptance_model", "adaptive.visit_value", "adaptive.firm_up_follow_through",
+    "adaptive.batch_normalized_costs",
     "adaptive.start_gamma",
     "adaptive.gamma0_mode", "adaptive.gamma0_reprobe_steps", "adaptive.fixed_gamma",
     "adaptive.seed",

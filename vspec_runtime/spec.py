@@ -66,6 +66,10 @@ class AdaptiveSettings(_Strict):
                                                             "max_gamma_step away goes on to it over the next "
                                                             "decisions, instead of being undone at the K between "
                                                             "(opt-in until a bench resolves a gain).")
+    batch_normalized_costs: bool = Field(False, description="Online policy: price a step of a batch smaller "
+                                                            "than its bucket (a draining or filling batch) as if "
+                                                            "the bucket's full batch had shared its fixed cost "
+                                                            "(opt-in until a bench resolves a gain).")
     start_gamma: Optional[int] = Field(
         None, ge=0, le=MAX_GAMMA, description="Online policy: K of the engine's first decisions (default: the "
                                               "maximum K, vLLM's own choice).")

@@ -107,6 +107,22 @@ class BucketState(BucketK):
         recent.append(min(cost, clipped / batch_size))
         return clipped
 
+    def at_bucket_batch(self, interval_ms: float, batch_size: int, fixed_ms: float | None) -> float:
+        """What a step of ``batch_size`` requests would have cost, per request, had the bucket's full
+        batch shared its fixed cost ``fixed_ms`` (None: unknown, the interval as it is): the interval
+        less the share of the fixed cost its missing requests would have carried.
+
+        A bucket holds several batch sizes (5-8 in the bucket of 8), and a step's fixed cost (the
+        weights' pass, the scheduler) is the same whatever its size, so per request a step of 5 costs
+        more than a step of 8 at any K. An arm whose window caught the steps of a draining batch then
+        read dear, and one that is not visited again keeps that price: replayed on the serve bench's
+        loads (eight clients started one after another, then the drain), online sat at K=1 on chat at
+        batch 8 for two thirds of its steps, 4% behind K=0 (docs/benchmarks.md).
+        """
+        if fixed_ms is None or batch_size >= self.key:
+            return interval_ms
+        return interval_ms - min(fixed_ms, interval_ms) * (1.0 - batch_size / self.key)
+
     def clip_stalls(self) -> None:
         """Stalls recorded before the bucket had a reference median are clipped once it has one."""
         recent = self.recent_costs

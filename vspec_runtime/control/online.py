@@ -90,6 +90,7 @@ from vspec_runtime.control.batch_acceptance import BatchAcceptance
 from vspec_runtime.control.bucket_state import COST_LINE_MIN_VARIANCE, BucketState, bucket_summary
 from vspec_runtime.control.coverage import CoverageTally
 from vspec_runtime.control.online_config import OnlineConfig
+from vspec_runtime.control.per_request import StepCostLine
 from vspec_runtime.control.prediction import CostPrediction, predict_cost, predict_from_neighbour
 from vspec_runtime.control.run_acceptance import RunAcceptance
 from vspec_runtime.control.window import ArmWindow, bucket_of
@@ -97,6 +98,8 @@ from vspec_runtime.control.window import ArmWindow, bucket_of
 __all__ = ["OnlineConfig", "OnlinePolicy"]
 
 _STANDARD_NORMAL = NormalDist()
+STEP_LINE_DECAY = 0.995  # about 200 stable steps
+STEP_LINE_MIN_VARIANCE = 1.0  # tokens verified per step must spread this much (sd 1) to give a fixed cost
 
 
 def upper_rate(rate: float, trials: float, z: float) -> float:
@@ -152,6 +155,10 @@ class OnlinePolicy(Policy):
         self._steps = 0
         self._phase_changes_seen = 0
         self._running: tuple[int, int] | None = None  # (bucket, K) of the latest step
+        # Step time against the tokens verified in it, over stable steps of every bucket and K: a step's
+        # fixed cost is the machine's, whatever the batch (``batch_normalized_costs``). Batches of
+        # every size give it a wide spread of tokens to fit on; its memory is a few hundred steps.
+        self._step_line = StepCostLine(decay=STEP_LINE_DECAY, min_variance=STEP_LINE_MIN_VARIANCE)
 
     def choose(self, batch_size: int, max_feasible_gamma: int) -> Decision:
         """``Policy.choose``, once a bucket entered with another K running has decided whether to keep it."""
@@ -185,6 +192,10 @@ class OnlinePolicy(Policy):
             arm = bucket.arms[feedback.gamma] = ArmWindow(self.config.window)
         interval_ms = bucket.without_stall(feedback.interval_ms, feedback.batch_size)
         verified = feedback.batched_tokens or None  # 0: the caller did not say
+        if self.config.batch_normalized_costs:
+            self._step_line.observe(verified or feedback.batch_size, interval_ms)
+            fixed = self._step_line.line()
+            interval_ms = bucket.at_bucket_batch(interval_ms, feedback.batch_size, None if fixed is None else fixed[0])
         arm.add(feedback.batch_size, interval_ms, feedback.committed_tokens, self._steps, verified)
         if verified is not None and feedback.gamma > 0:
             bucket.cost_line.observe(verified / feedback.batch_size, interval_ms / feedback.batch_size)

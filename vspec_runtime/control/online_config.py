@@ -76,6 +76,13 @@ class OnlineConfig:
     # next decision, and was made again: K=0, 2, 0, 2, ... under a server's steady chat@8 load. Opt-in
     # until a bench resolves a gain (docs/benchmarks.md, "Closed loops").
     firm_up_follow_through: bool = False
+    # Price a step of a batch smaller than its bucket (a draining or filling batch: 5-7 requests in the
+    # bucket of 8) as if the bucket's full batch had shared its fixed cost (BucketState.at_bucket_batch).
+    # Per request, such a step is dearer whatever K it ran, and the arm whose window caught a drain read
+    # dear for the rest of the run: replayed on the serve bench's loads, K=0 on chat at eight clients
+    # 0.957x -> 0.992x, mixed traffic 0.992x -> 1.000x (docs/benchmarks.md). Opt-in until a bench
+    # resolves a gain.
+    batch_normalized_costs: bool = False
 
     def __post_init__(self) -> None:
         for problem in _config_problems(self):
@@ -110,6 +117,7 @@ class OnlineConfig:
             sure_zero=method != "ngram",
             visit_value=adaptive.visit_value,
             firm_up_follow_through=adaptive.firm_up_follow_through,
+            batch_normalized_costs=adaptive.batch_normalized_costs,
             start_gamma=None if adaptive.start_gamma is None else min(max(adaptive.start_gamma, adaptive.min_gamma),
                                                                        max_gamma),
             seed=adaptive.seed,

@@ -73,9 +73,14 @@ class StepCost:
     fixed_ms: float = 32.8
     token_ms: float = 2.71
     noise: float = 0.03
+    # More for a step that drafts at all (K > 0: the proposer, the rejection sampler): on the demo's
+    # server, online's K=1 steps of chat at eight clients took 9.43 ms a request where the line
+    # through the K>0 steps of a mixed run says 9.06 (docs/benchmarks.md, "Closed loops").
+    drafting_ms: float = 0.0
 
-    def step_ms(self, verified_tokens: int, rng: random.Random) -> float:
-        return (self.fixed_ms + self.token_ms * verified_tokens) * max(0.2, 1.0 + self.noise * rng.gauss(0.0, 1.0))
+    def step_ms(self, verified_tokens: int, rng: random.Random, gamma: int = 0) -> float:
+        base = self.fixed_ms + self.token_ms * verified_tokens + (self.drafting_ms if gamma > 0 else 0.0)
+        return base * max(0.2, 1.0 + self.noise * rng.gauss(0.0, 1.0))
 
 
 def fixed_commit(answers: Iterable[Answer], gamma: int) -> float:
@@ -122,7 +127,7 @@ def _replay_cell(policy: Policy, cell: TextCell, rounds: int, rng: random.Random
                 advanced = min(position + 1 + taken, len(answer.right))
                 tokens += advanced - position
                 positions[index] = advanced
-            interval_ms = cost.step_ms(verified, rng)
+            interval_ms = cost.step_ms(verified, rng, gamma)
             elapsed_ms += interval_ms
             policy.observe(StepFeedback(
                 batch_size=batch, gamma=gamma, drafted=tuple(drafted), accepted=tuple(accepted),
@@ -234,7 +239,7 @@ class _ClosedLoop:
             advanced = min(position + 1 + taken, len(answer.right))
             made += advanced - position
             running[request_id] = (answer, advanced)
-        interval_ms = self.cost.step_ms(verified, self.cost_rng) + self.mix.admission_ms * len(admitting)
+        interval_ms = self.cost.step_ms(verified, self.cost_rng, gamma) + self.mix.admission_ms * len(admitting)
         self.policy.observe(StepFeedback(
             batch_size=batch, gamma=gamma, drafted=tuple(drafted), accepted=tuple(accepted),
             interval_ms=interval_ms, stable=not admitting and self.previous == (batch, gamma),

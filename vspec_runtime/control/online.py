@@ -41,6 +41,10 @@ Beyond the reference, these rules keep the estimates honest at little cost:
 * Forgetting: when the acceptance model notices a new workload phase, every bucket drops its arm
   costs and measures again. A step's cost depends on the text too (an n-gram drafter fills its
   budget on copy and not on chat), and a stale cost that makes an arm look worse is never revisited.
+* Batch-normalized costs (``batch_normalized_costs``, opt-in): a bucket holds several batch sizes
+  (5-8 in the bucket of 8), and per request a step of a filling or draining batch costs more at any
+  K; such a step enters the windows as the bucket's full batch would have shared its fixed cost
+  (``BucketState.at_bucket_batch``), so an arm that caught a drain does not read dear for good.
 * Visit value (``visit_value``): past warm-up, an exploration or a firm-up goes ahead only when what
   the arm may gain over the steps the regime is expected to last outweighs the visit's cost
   (``_worth_a_visit``). A short regime is no place for four steps on a clear loser, and a long one
@@ -69,7 +73,7 @@ Decision reasons: warmup, prior (a new bucket's first K), explore (an unmeasured
 firm-up (a thin contender visited again), exploit, hold, infeasible.
 Memory: buckets x arms x window samples, whatever the run length.
 
-Size: about 705 lines, an eighth of them this explanation; what is left is the one class, whose rules
+Size: about 720 lines, an eighth of them this explanation; what is left is the one class, whose rules
 (warm-up, exploration, thin contenders, visit value, patience, forgetting, bucket priors) all read and write the same
 per-bucket arms; the parts that stand alone already live apart (online_config, prediction, window,
 bucket_state, coverage).

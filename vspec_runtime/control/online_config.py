@@ -79,9 +79,9 @@ class OnlineConfig:
     # Price a step of a batch smaller than its bucket (a draining or filling batch: 5-7 requests in the
     # bucket of 8) as if the bucket's full batch had shared its fixed cost (BucketState.at_bucket_batch).
     # Per request, such a step is dearer whatever K it ran, and the arm whose window caught a drain read
-    # dear for the rest of the run: replayed on the serve bench's loads, K=0 on chat at eight clients
-    # 0.957x -> 0.992x, mixed traffic 0.992x -> 1.000x (docs/benchmarks.md). Opt-in until a bench
-    # resolves a gain.
+    # dear for the rest of the run: replayed on the serve bench's loads, online on chat at eight clients
+    # 0.957x -> 0.992x K=0, mixed traffic 0.992x -> 0.997x the best fixed K; on the server no gain
+    # (docs/benchmarks.md, "The server's own text, replayed"). Opt-in.
     batch_normalized_costs: bool = False
 
     def __post_init__(self) -> None:

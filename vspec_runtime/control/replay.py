@@ -51,6 +51,13 @@ class Answer:
         if len(self.proposed) != len(self.right) or any(r > p for r, p in zip(self.right, self.proposed)):
             raise ValueError("an answer needs one (proposed, right) pair per token with right <= proposed")
 
+    def step(self, position: int, gamma: int) -> tuple[int, int, int]:
+        """A step at budget ``gamma`` from answer token ``position``: (drafts made, drafts accepted,
+        the position after it), as vLLM steps through this text."""
+        drafts = min(gamma, self.proposed[position])
+        taken = min(drafts, self.right[position])
+        return drafts, taken, min(position + 1 + taken, len(self.right))
+
     @classmethod
     def from_record(cls, record: dict[str, Sequence[int]]) -> Answer:
         """From ``benchmarks/demo_runs.py``'s {"P": [...], "L": [...]}."""
@@ -90,7 +97,7 @@ def fixed_commit(answers: Iterable[Answer], gamma: int) -> float:
     for answer in answers:
         position = 1
         while position < len(answer.right):
-            position += 1 + min(gamma, answer.right[position])
+            position = answer.step(position, gamma)[2]
             steps += 1
         tokens += max(len(answer.right) - 1, 0)
     return tokens / steps if steps else 1.0
@@ -116,15 +123,12 @@ def _replay_cell(policy: Policy, cell: TextCell, rounds: int, rng: random.Random
             request_ids, drafted, accepted = [], [], []
             verified = batch
             for index, position in list(positions.items()):
-                answer = cell.answers[index]
-                drafts = min(gamma, answer.proposed[position])
-                taken = min(drafts, answer.right[position])
+                drafts, taken, advanced = cell.answers[index].step(position, gamma)
                 if drafts:
                     request_ids.append(f"r{index}")
                     drafted.append(drafts)
                     accepted.append(taken)
                 verified += drafts
-                advanced = min(position + 1 + taken, len(answer.right))
                 tokens += advanced - position
                 positions[index] = advanced
             interval_ms = cost.step_ms(verified, rng, gamma)
@@ -229,14 +233,12 @@ class _ClosedLoop:
         for request_id, (answer, position) in running.items():
             if request_id in admitting:
                 continue
-            drafts = min(gamma, answer.proposed[position])
-            taken = min(drafts, answer.right[position])
+            drafts, taken, advanced = answer.step(position, gamma)
             if drafts:
                 request_ids.append(request_id)
                 drafted.append(drafts)
                 accepted.append(taken)
             verified += drafts
-            advanced = min(position + 1 + taken, len(answer.right))
             made += advanced - position
             running[request_id] = (answer, advanced)
         interval_ms = self.cost.step_ms(verified, self.cost_rng, gamma) + self.mix.admission_ms * len(admitting)
